@@ -1,0 +1,212 @@
+//! The fast CPU backend: rows in parallel (rayon), straight-line loops the compiler
+//! vectorises. Byte-identical to [`crate::reference`] (tested on random data and edge cases).
+
+use rayon::prelude::*;
+
+use crate::codec::e2m1_encode;
+use crate::layout::{swizzled_col_tiles, swizzled_offset, SWIZZLE_ROWS, SWIZZLE_TILE_BYTES};
+use crate::op::{validate_host, OutputsPlan};
+use crate::reference::block_scale;
+use crate::{BlockSize, Element, Error, Fp4Format, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem};
+
+/// Residual add + RMSNorm + FP4 quantisation (SPEC.md §1) on the CPU.
+///
+/// `residual ← input + residual` (rounded to the dtype), then the normalised, weighted
+/// row is quantised to packed FP4 with one scale per block, written to `out`.
+/// Every argument is checked before anything is written.
+///
+/// ```
+/// use fp4norm::{cpu, Fp4Out, GlobalScale, MatMut, MatRef, Options, ScaleOut};
+/// use half::bf16;
+/// let (m, h) = (2, 32);
+/// let x: Vec<bf16> = (0..m * h).map(|i| bf16::from_f32(i as f32 / 7.0)).collect();
+/// let mut r = vec![bf16::from_f32(0.5); m * h];
+/// let w = vec![bf16::ONE; h];
+/// let mut q = vec![0u8; m * h / 2];
+/// let mut sf = vec![0u8; m * h / 16];
+/// cpu::add_rmsnorm_fp4quant(
+///     MatRef::new(&x, m, h)?,
+///     MatMut::new(&mut r, m, h)?,
+///     &w,
+///     Fp4Out { y_fp4: &mut q, scales: ScaleOut::RowMajor(&mut sf), y_out: None },
+///     GlobalScale::Uniform(1.0),
+///     &Options::nvfp4(),
+/// )?;
+/// assert_eq!(r[1], bf16::from_f32(x[1].to_f32() + 0.5)); // residual updated in place
+/// # Ok::<(), fp4norm::Error>(())
+/// ```
+pub fn add_rmsnorm_fp4quant<T: Element>(
+    input: MatRef<'_, T>,
+    residual: MatMut<'_, T>,
+    weight: &[T],
+    out: Fp4Out<'_, T>,
+    global_scale: GlobalScale<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
+    run(input, Some(residual), weight, out, global_scale, opts)
+}
+
+/// RMSNorm + FP4 quantisation without a residual (`h = input`) on the CPU.
+pub fn rmsnorm_fp4quant<T: Element>(
+    input: MatRef<'_, T>,
+    weight: &[T],
+    out: Fp4Out<'_, T>,
+    global_scale: GlobalScale<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
+    run(input, None, weight, out, global_scale, opts)
+}
+
+/// One group of consecutive rows and the parts of every output that belong to them.
+struct Task<'a, T> {
+    first_row: usize,
+    rows: usize,
+    residual: Option<MatMut<'a, T>>,
+    y_out: Option<MatMut<'a, T>>,
+    y_fp4: &'a mut [u8],
+    row_major: Option<&'a mut [u8]>,
+    swizzled: Option<&'a mut [u8]>,
+}
+
+fn run<T: Element>(
+    x: MatRef<'_, T>,
+    residual: Option<MatMut<'_, T>>,
+    w: &[T],
+    out: Fp4Out<'_, T>,
+    gs: GlobalScale<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
+    let p = validate_host(&x, residual.as_ref(), w, &out, &gs, opts)?;
+    if p.m == 0 {
+        return Ok(());
+    }
+    let OutputsPlan { y_fp4, row_major, swizzled, y_out } = OutputsPlan::from(out);
+    // A swizzled tile interleaves 128 rows, so with that layout a task owns whole tiles;
+    // otherwise a task is about 64K elements, enough to amortise scheduling.
+    let rows_per_task = if swizzled.is_some() { SWIZZLE_ROWS } else { (65536 / p.h).clamp(1, 256) };
+    let n_tasks = p.m.div_ceil(rows_per_task);
+    let nb = p.n_blocks();
+
+    let mut residual_chunks = residual.map(|r| r.into_row_chunks(rows_per_task).into_iter());
+    let mut y_out_chunks = y_out.map(|y| y.into_row_chunks(rows_per_task).into_iter());
+    let mut fp4_chunks = y_fp4.chunks_mut(rows_per_task * p.h / 2);
+    let mut rm_chunks = row_major.map(|s| s.chunks_mut(rows_per_task * nb));
+    let mut sw_chunks = swizzled.map(|s| s.chunks_mut(swizzled_col_tiles(nb) * SWIZZLE_TILE_BYTES));
+    let tasks: Vec<Task<'_, T>> = (0..n_tasks)
+        .map(|t| Task {
+            first_row: t * rows_per_task,
+            rows: rows_per_task.min(p.m - t * rows_per_task),
+            residual: residual_chunks.as_mut().and_then(|c| c.next()),
+            y_out: y_out_chunks.as_mut().and_then(|c| c.next()),
+            y_fp4: fp4_chunks.next().expect("y_fp4 length checked"),
+            row_major: rm_chunks.as_mut().and_then(|c| c.next()),
+            swizzled: sw_chunks.as_mut().and_then(|c| c.next()),
+        })
+        .collect();
+
+    let run_task = match p.format.block {
+        BlockSize::B16 => process_task::<T, 16> as fn(&Problem, Task<'_, T>, &MatRef<'_, T>, &[T], &GlobalScale<'_>),
+        BlockSize::B32 => process_task::<T, 32>,
+    };
+    tasks.into_par_iter().for_each(|t| run_task(&p, t, &x, w, &gs));
+    Ok(())
+}
+
+fn process_task<T: Element, const B: usize>(
+    p: &Problem,
+    mut t: Task<'_, T>,
+    x: &MatRef<'_, T>,
+    w: &[T],
+    gs: &GlobalScale<'_>,
+) {
+    let (h, nb) = (p.h, p.n_blocks());
+    let mut y = vec![0f32; h];
+    let mut codes = vec![0u8; nb];
+    if let Some(s) = t.swizzled.as_deref_mut() {
+        s.fill(0); // padding rows and columns of this task's tiles
+    }
+    for i in 0..t.rows {
+        let row = t.first_row + i;
+        normalize_row(
+            x.row(row),
+            t.residual.as_mut().map(|r| r.row_mut(i)),
+            w,
+            p.eps,
+            &mut y,
+            t.y_out.as_mut().map(|o| o.row_mut(i)),
+        );
+        quantize_row::<B>(p.format, &y, gs.row(row), &mut t.y_fp4[i * h / 2..(i + 1) * h / 2], &mut codes);
+        if let Some(s) = t.row_major.as_deref_mut() {
+            s[i * nb..(i + 1) * nb].copy_from_slice(&codes);
+        }
+        if let Some(s) = t.swizzled.as_deref_mut() {
+            // The task starts on a tile boundary, so its local row index gives the offset.
+            for (blk, &c) in codes.iter().enumerate() {
+                s[swizzled_offset(i, blk, nb)] = c;
+            }
+        }
+    }
+}
+
+/// Steps 1–4 of SPEC.md §1 for one row: `y ← (h · rstd) · w` as f32.
+#[inline(always)]
+fn normalize_row<T: Element>(
+    x: &[T],
+    residual: Option<&mut [T]>,
+    w: &[T],
+    eps: f32,
+    y: &mut [f32],
+    y_out: Option<&mut [T]>,
+) {
+    match residual {
+        Some(r) => {
+            for ((yi, xi), ri) in y.iter_mut().zip(x).zip(r.iter_mut()) {
+                let hv = T::round_from_f32(xi.to_f32() + ri.to_f32());
+                *ri = hv;
+                *yi = hv.to_f32();
+            }
+        }
+        None => {
+            for (yi, xi) in y.iter_mut().zip(x) {
+                *yi = xi.to_f32();
+            }
+        }
+    }
+    // Eight independent f64 accumulators: the order is free (SPEC.md §1.2) and this
+    // lets the loop vectorise. H is a multiple of 16, so there is no tail.
+    let mut acc = [0f64; 8];
+    for c in y.chunks_exact(8) {
+        for k in 0..8 {
+            let v = c[k] as f64;
+            acc[k] += v * v;
+        }
+    }
+    let ss = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    let rstd = (1.0 / (ss / y.len() as f64 + eps as f64).sqrt()) as f32;
+    for (yi, wi) in y.iter_mut().zip(w) {
+        *yi = (*yi * rstd) * wi.to_f32();
+    }
+    if let Some(o) = y_out {
+        for (oi, &yi) in o.iter_mut().zip(y.iter()) {
+            *oi = T::round_from_f32(yi);
+        }
+    }
+}
+
+/// Steps 5–8 of SPEC.md §1 for one row of `y`: packed codes and one scale code per block.
+#[inline(always)]
+fn quantize_row<const B: usize>(format: Fp4Format, y: &[f32], gs: f32, q: &mut [u8], codes: &mut [u8]) {
+    for ((yb, qb), code) in y.chunks_exact(B).zip(q.chunks_exact_mut(B / 2)).zip(codes.iter_mut()) {
+        // |y| as bits orders like the value, and every NaN is above +Inf: an integer
+        // max is the block's amax with NaN propagating, and it vectorises.
+        let mut amax_bits = 0u32;
+        for v in yb {
+            amax_bits = amax_bits.max(v.to_bits() & 0x7FFF_FFFF);
+        }
+        let (c, inv) = block_scale(format, f32::from_bits(amax_bits), gs);
+        *code = c;
+        for (j, qj) in qb.iter_mut().enumerate() {
+            *qj = e2m1_encode(yb[2 * j] * inv) | (e2m1_encode(yb[2 * j + 1] * inv) << 4);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! One validated call: shapes, buffer sizes and the byte count of SPEC.md §6.
+//!
+//! Every backend builds a [`Problem`] first; it holds all the size arithmetic, so no
+//! backend computes a buffer length or offset by itself.
+
+use crate::layout::{self, ScaleLayout};
+use crate::{DType, Error, Fp4Format, Options};
+
+/// Shape and options of one call, checked against SPEC.md §5.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Problem {
+    /// Rows (tokens); leading dimensions already flattened.
+    pub m: usize,
+    /// Hidden size: elements per row.
+    pub h: usize,
+    /// Element dtype.
+    pub dtype: DType,
+    /// Block size and scale format.
+    pub format: Fp4Format,
+    /// Which scale buffers are written.
+    pub layout: ScaleLayout,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// Whether the residual is added (and written back).
+    pub has_residual: bool,
+    /// Whether `y_out` is written.
+    pub has_y_out: bool,
+}
+
+impl Problem {
+    /// Checks the shape and options: `H` a positive multiple of the block, `eps` finite
+    /// and non-negative, and every size representable in 64 bits.
+    pub fn new(m: usize, h: usize, dtype: DType, layout: ScaleLayout, opts: &Options) -> Result<Self, Error> {
+        let block = opts.format.block_size();
+        if h == 0 {
+            return Err(Error::ZeroHidden { block });
+        }
+        if h % block != 0 {
+            return Err(Error::HiddenNotMultipleOfBlock { h, block });
+        }
+        if !opts.eps.is_finite() || opts.eps < 0.0 {
+            return Err(Error::InvalidEps(opts.eps));
+        }
+        let p = Problem {
+            m,
+            h,
+            dtype,
+            format: opts.format,
+            layout,
+            eps: opts.eps,
+            has_residual: true,
+            has_y_out: false,
+        };
+        // Every byte count below must fit; checking once here lets the rest use plain arithmetic.
+        let elems = m.checked_mul(h).ok_or(Error::SizeOverflow)?;
+        elems.checked_mul(8).ok_or(Error::SizeOverflow)?;
+        layout::swizzled_len(m, p.n_blocks())?;
+        Ok(p)
+    }
+
+    /// The same problem without a residual (`rmsnorm_fp4quant`).
+    pub fn without_residual(self) -> Self {
+        Problem { has_residual: false, ..self }
+    }
+
+    /// The same problem with (or without) `y_out`.
+    pub fn with_y_out(self, y_out: bool) -> Self {
+        Problem { has_y_out: y_out, ..self }
+    }
+
+    /// Elements per block.
+    pub fn block(&self) -> usize {
+        self.format.block_size()
+    }
+
+    /// Blocks per row: `H / B`.
+    pub fn n_blocks(&self) -> usize {
+        self.h / self.block()
+    }
+
+    /// Bytes of `y_fp4`: `M · H / 2`.
+    pub fn fp4_len(&self) -> usize {
+        self.m * (self.h / 2)
+    }
+
+    /// Bytes of the row-major scale buffer: `M · H / B`.
+    pub fn row_major_scales_len(&self) -> usize {
+        self.m * self.n_blocks()
+    }
+
+    /// Bytes of the swizzled scale buffer: `Mp · nK · 4` (padding included).
+    pub fn swizzled_scales_len(&self) -> usize {
+        layout::swizzled_len(self.m, self.n_blocks()).expect("checked in Problem::new")
+    }
+
+    /// Scale bytes written in this problem's layout (both buffers for [`ScaleLayout::Both`]).
+    pub fn scale_bytes_written(&self) -> usize {
+        let mut n = 0;
+        if self.layout.has_row_major() {
+            n += self.row_major_scales_len();
+        }
+        if self.layout.has_swizzled() {
+            n += self.swizzled_scales_len();
+        }
+        n
+    }
+
+    /// Bytes moved through memory by one call (SPEC.md §6), for bandwidth figures:
+    /// `M·H·3·e + H·e + M·H/2 + scale bytes (+ M·H·e for y_out)`. Without a residual the
+    /// residual's read and write drop out: `M·H·e` read instead of `3·M·H·e`.
+    pub fn bytes_moved(&self) -> u64 {
+        let e = self.dtype.size() as u64;
+        let mh = (self.m as u64) * (self.h as u64);
+        let io = if self.has_residual { 3 } else { 1 };
+        let mut bytes = mh * io * e + self.h as u64 * e + mh / 2 + self.scale_bytes_written() as u64;
+        if self.has_y_out {
+            bytes += mh * e;
+        }
+        bytes
+    }
+
+    /// Checks one output buffer's length.
+    pub(crate) fn check_len(&self, name: &'static str, got: usize, expected: usize, what: &str) -> Result<(), Error> {
+        if got != expected {
+            return Err(Error::OutputSize { name, expected, got, what: what.to_string() });
+        }
+        Ok(())
+    }
+
+    /// Checks the length of `y_fp4` and of the scale buffers the layout writes.
+    pub(crate) fn check_output_lens(&self, y_fp4: usize, row_major: Option<usize>, swizzled: Option<usize>) -> Result<(), Error> {
+        self.check_len("y_fp4", y_fp4, self.fp4_len(), &format!("M·H/2 for M = {}, H = {}", self.m, self.h))?;
+        if let Some(len) = row_major {
+            self.check_len(
+                "block_scale (row-major)",
+                len,
+                self.row_major_scales_len(),
+                &format!("M·H/B for M = {}, H/B = {}", self.m, self.n_blocks()),
+            )?;
+        }
+        if let Some(len) = swizzled {
+            self.check_len(
+                "block_scale (swizzled)",
+                len,
+                self.swizzled_scales_len(),
+                &format!(
+                    "128·ceil(M/128)·4·ceil((H/B)/4) for M = {}, H/B = {}",
+                    self.m,
+                    self.n_blocks()
+                ),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_moved_matches_spec_section_6() {
+        let p = Problem::new(1024, 4096, DType::BF16, ScaleLayout::RowMajor, &Options::nvfp4()).unwrap();
+        let mh = 1024u64 * 4096;
+        assert_eq!(p.bytes_moved(), mh * 6 + 4096 * 2 + mh / 2 + mh / 16);
+        let both = Problem { layout: ScaleLayout::Both, ..p };
+        assert_eq!(both.bytes_moved(), p.bytes_moved() + 1024 * 256);
+        assert_eq!(both.with_y_out(true).bytes_moved(), both.bytes_moved() + mh * 2);
+    }
+}
