@@ -4,7 +4,13 @@
 use crate::layout::ScaleLayout;
 use crate::Error;
 
-fn view_len(name: &'static str, len: usize, rows: usize, cols: usize, stride: usize) -> Result<(), Error> {
+fn view_len(
+    name: &'static str,
+    len: usize,
+    rows: usize,
+    cols: usize,
+    stride: usize,
+) -> Result<(), Error> {
     if stride < cols && rows > 1 {
         return Err(Error::StrideTooSmall { name, stride, cols });
     }
@@ -17,7 +23,14 @@ fn view_len(name: &'static str, len: usize, rows: usize, cols: usize, stride: us
             .ok_or(Error::SizeOverflow)?
     };
     if needed > len {
-        return Err(Error::ViewOutOfBounds { name, rows, cols, stride, needed, len });
+        return Err(Error::ViewOutOfBounds {
+            name,
+            rows,
+            cols,
+            stride,
+            needed,
+            len,
+        });
     }
     Ok(())
 }
@@ -40,9 +53,19 @@ impl<'a, T> MatRef<'a, T> {
     }
 
     /// A matrix whose rows are `row_stride` elements apart (a view into a wider buffer).
-    pub fn with_stride(data: &'a [T], rows: usize, cols: usize, row_stride: usize) -> Result<Self, Error> {
+    pub fn with_stride(
+        data: &'a [T],
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+    ) -> Result<Self, Error> {
         view_len("matrix", data.len(), rows, cols, row_stride)?;
-        Ok(MatRef { data, rows, cols, row_stride })
+        Ok(MatRef {
+            data,
+            rows,
+            cols,
+            row_stride,
+        })
     }
 
     /// Rows.
@@ -83,9 +106,19 @@ impl<'a, T> MatMut<'a, T> {
     }
 
     /// A matrix whose rows are `row_stride` elements apart (a view into a wider buffer).
-    pub fn with_stride(data: &'a mut [T], rows: usize, cols: usize, row_stride: usize) -> Result<Self, Error> {
+    pub fn with_stride(
+        data: &'a mut [T],
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+    ) -> Result<Self, Error> {
         view_len("matrix", data.len(), rows, cols, row_stride)?;
-        Ok(MatMut { data, rows, cols, row_stride })
+        Ok(MatMut {
+            data,
+            rows,
+            cols,
+            row_stride,
+        })
     }
 
     /// Rows.
@@ -110,7 +143,12 @@ impl<'a, T> MatMut<'a, T> {
     }
     /// A read-only view of the same matrix.
     pub fn as_ref(&self) -> MatRef<'_, T> {
-        MatRef { data: self.data, rows: self.rows, cols: self.cols, row_stride: self.row_stride }
+        MatRef {
+            data: self.data,
+            rows: self.rows,
+            cols: self.cols,
+            row_stride: self.row_stride,
+        }
     }
     /// Splits the matrix into consecutive groups of `rows_per_chunk` rows (the last may be
     /// shorter): disjoint mutable views, for processing row groups in parallel.
@@ -119,9 +157,18 @@ impl<'a, T> MatMut<'a, T> {
         let (mut data, mut rows) = (self.data, self.rows);
         while rows > 0 {
             let take = rows.min(rows_per_chunk);
-            let split = if take == rows { data.len() } else { take * self.row_stride };
+            let split = if take == rows {
+                data.len()
+            } else {
+                take * self.row_stride
+            };
             let (head, tail) = std::mem::take(&mut data).split_at_mut(split);
-            out.push(MatMut { data: head, rows: take, cols: self.cols, row_stride: self.row_stride });
+            out.push(MatMut {
+                data: head,
+                rows: take,
+                cols: self.cols,
+                row_stride: self.row_stride,
+            });
             data = tail;
             rows -= take;
         }
@@ -130,7 +177,7 @@ impl<'a, T> MatMut<'a, T> {
 }
 
 /// The block-scale output buffer(s); the variant chooses the layout.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub enum ScaleOut<S> {
     /// Row-major `[M, H/B]`.
     RowMajor(S),
@@ -160,7 +207,10 @@ impl<S> ScaleOut<S> {
         match self {
             ScaleOut::RowMajor(r) => (Some(r), None),
             ScaleOut::Swizzled(s) => (None, Some(s)),
-            ScaleOut::Both { row_major, swizzled } => (Some(row_major), Some(swizzled)),
+            ScaleOut::Both {
+                row_major,
+                swizzled,
+            } => (Some(row_major), Some(swizzled)),
         }
     }
 
@@ -169,7 +219,13 @@ impl<S> ScaleOut<S> {
         match self {
             ScaleOut::RowMajor(r) => ScaleOut::RowMajor(r),
             ScaleOut::Swizzled(s) => ScaleOut::Swizzled(s),
-            ScaleOut::Both { row_major, swizzled } => ScaleOut::Both { row_major, swizzled },
+            ScaleOut::Both {
+                row_major,
+                swizzled,
+            } => ScaleOut::Both {
+                row_major,
+                swizzled,
+            },
         }
     }
 }
@@ -206,7 +262,10 @@ impl GlobalScale<'_> {
 
     pub(crate) fn check(&self, m: usize) -> Result<(), Error> {
         match self {
-            GlobalScale::PerRow(g) if g.len() != m => Err(Error::GlobalScaleLength { expected: m, got: g.len() }),
+            GlobalScale::PerRow(g) if g.len() != m => Err(Error::GlobalScaleLength {
+                expected: m,
+                got: g.len(),
+            }),
             _ => Ok(()),
         }
     }

@@ -1,1 +1,431 @@
-//! CUDA backend (in progress).
+//! The CUDA backend: the same bytes as [`crate::reference`] on NVIDIA GPUs (sm_80 and
+//! newer; tuned for Hopper sm_90 and Blackwell sm_100+).
+//!
+//! * Kernels are CUDA C++ (`src/cuda/kernels/fp4norm.cu`) compiled at run time by NVRTC
+//!   for the device's exact architecture, one specialisation per configuration, cached in
+//!   the process and on disk (see [`kernel::disk_cache_dir`]). No CUDA toolkit is needed
+//!   to build; at run time the driver and NVRTC are loaded dynamically.
+//! * A call does no host synchronisation, allocation or host read of device memory: it
+//!   can be captured in a CUDA graph. The global scale is read by the kernel from device
+//!   memory. Compile the specialisation before capture with [`Gpu::prepare`] (or make one
+//!   eager call) — compiling is not a stream operation.
+//! * [`Gpu::add_rmsnorm_fp4quant`] works on cudarc device memory; [`Gpu::launch_raw`]
+//!   takes raw device pointers and a raw stream, for PyTorch or C++ engines.
+
+pub mod kernel;
+pub mod nvrtc;
+mod raw;
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    sys, CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    DeviceRepr, SyncOnDrop,
+};
+
+pub use kernel::{GsMode, KernelConfig, KernelKind};
+pub use raw::{RawCall, RawDequant, RawGlobalScale, RawMat};
+
+use crate::{Element, Error, Options, ScaleOut};
+
+fn driver_err(context: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
+    move |e| Error::Cuda {
+        context,
+        message: e.to_string(),
+    }
+}
+
+/// Whether the CUDA driver library can be loaded on this machine.
+pub fn driver_present() -> bool {
+    // SAFETY: only probes for the library.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Number of CUDA devices (0 when there is no driver).
+pub fn device_count() -> usize {
+    if !driver_present() {
+        return 0;
+    }
+    CudaContext::device_count()
+        .map(|n| n.max(0) as usize)
+        .unwrap_or(0)
+}
+
+/// The NVRTC target for a compute capability, and whether it has the hardware E2M1
+/// conversion (`cvt.rn.satfinite.e2m1x2.f32`, only on the arch-specific `a` targets of
+/// Blackwell-class chips). Everything else uses the software encoder.
+pub fn arch_for(major: i32, minor: i32) -> (String, bool) {
+    match (major, minor) {
+        (10, 0) | (10, 3) | (11, 0) | (12, 0) | (12, 1) => (format!("sm_{major}{minor}a"), true),
+        _ => (format!("sm_{major}{minor}"), false),
+    }
+}
+
+/// One GPU: its context (the primary context, shared with PyTorch and other users of the
+/// runtime API), its architecture and its compiled kernels.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    arch: String,
+    hw_e2m1: bool,
+    sm_count: u32,
+    kernels: kernel::KernelCache,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("ordinal", &self.ctx.ordinal())
+            .field("arch", &self.arch)
+            .finish()
+    }
+}
+
+impl Gpu {
+    /// Opens device `ordinal`.
+    pub fn new(ordinal: usize) -> Result<Self, Error> {
+        if !driver_present() {
+            return Err(Error::CudaUnavailable(
+                "libcuda.so (the NVIDIA driver) was not found".into(),
+            ));
+        }
+        let n = device_count();
+        if ordinal >= n {
+            return Err(Error::CudaUnavailable(format!(
+                "device {ordinal} requested but {n} CUDA device(s) present"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver_err("opening the device"))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver_err("reading the compute capability"))?;
+        if major < 8 {
+            return Err(Error::Unsupported(format!(
+                "compute capability {major}.{minor}: fp4norm needs sm_80 or newer"
+            )));
+        }
+        let (mut arch, mut hw_e2m1) = arch_for(major, minor);
+        if std::env::var_os("FP4NORM_SOFTWARE_E2M1").is_some_and(|v| v != "0") {
+            arch = format!("sm_{major}{minor}");
+            hw_e2m1 = false;
+        }
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver_err("reading the SM count"))? as u32;
+        Ok(Gpu {
+            ctx,
+            arch,
+            hw_e2m1,
+            sm_count,
+            kernels: Default::default(),
+        })
+    }
+
+    /// The device's context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|_| "unknown".into())
+    }
+
+    /// The NVRTC target used for this device (e.g. `sm_90`, `sm_100a`).
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// Whether kernels use the hardware E2M1 conversion.
+    pub fn hardware_e2m1(&self) -> bool {
+        self.hw_e2m1
+    }
+
+    /// Multiprocessors on the device.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    /// Specialisations loaded so far.
+    pub fn kernels_loaded(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// Compiles and loads the kernel a call with these parameters will use, so that the
+    /// call itself can be captured in a CUDA graph.
+    pub fn prepare(
+        &self,
+        problem: &crate::Problem,
+        gs: GsMode,
+        aligned: bool,
+    ) -> Result<(), Error> {
+        let cfg = KernelConfig::fused(problem, gs, aligned, self.hw_e2m1, self.sm_count);
+        self.kernels.get(&self.ctx, &self.arch, &cfg).map(|_| ())
+    }
+
+    /// Residual add + RMSNorm + FP4 quantisation (SPEC.md §1) on `stream`, over raw device
+    /// pointers. Checks every argument (shapes, alignment, overlap, device) before
+    /// launching; enqueues one kernel and returns without synchronising.
+    ///
+    /// # Safety
+    /// Every pointer must be valid device memory of this GPU (or null where optional)
+    /// holding at least the bytes the call's shape implies, and stay valid until the
+    /// kernel has run; `stream` must be a live stream of this device's context.
+    pub unsafe fn launch_raw(&self, stream: sys::CUstream, call: &RawCall) -> Result<(), Error> {
+        raw::launch_fused(self, stream, call)
+    }
+
+    /// Dequantisation (SPEC.md §4) over raw device pointers.
+    ///
+    /// # Safety
+    /// As for [`Gpu::launch_raw`].
+    pub unsafe fn dequantize_raw(
+        &self,
+        stream: sys::CUstream,
+        call: &RawDequant,
+    ) -> Result<(), Error> {
+        raw::launch_dequant(self, stream, call)
+    }
+
+    fn check_stream(&self, stream: &CudaStream) -> Result<(), Error> {
+        if stream.context().ordinal() != self.ordinal() {
+            return Err(Error::DeviceMismatch {
+                name: "stream",
+                expected: format!("cuda:{}", self.ordinal()),
+                got: format!("cuda:{}", stream.context().ordinal()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Residual add + RMSNorm + FP4 quantisation on cudarc device memory, enqueued on
+    /// `stream`. Same contract as [`crate::cpu::add_rmsnorm_fp4quant`]; the bytes are
+    /// identical.
+    pub fn add_rmsnorm_fp4quant<T: Element + DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        input: DevMat<'_, T>,
+        residual: DevMatMut<'_, T>,
+        weight: &CudaView<'_, T>,
+        out: DevFp4Out<'_, T>,
+        global_scale: DevGlobalScale<'_>,
+        opts: &Options,
+    ) -> Result<(), Error> {
+        self.run_safe(
+            stream,
+            input,
+            Some(residual),
+            weight,
+            out,
+            global_scale,
+            opts,
+        )
+    }
+
+    /// RMSNorm + FP4 quantisation without a residual, on cudarc device memory.
+    pub fn rmsnorm_fp4quant<T: Element + DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        input: DevMat<'_, T>,
+        weight: &CudaView<'_, T>,
+        out: DevFp4Out<'_, T>,
+        global_scale: DevGlobalScale<'_>,
+        opts: &Options,
+    ) -> Result<(), Error> {
+        self.run_safe(stream, input, None, weight, out, global_scale, opts)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_safe<T: Element + DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        x: DevMat<'_, T>,
+        mut residual: Option<DevMatMut<'_, T>>,
+        w: &CudaView<'_, T>,
+        mut out: DevFp4Out<'_, T>,
+        gs: DevGlobalScale<'_>,
+        opts: &Options,
+    ) -> Result<(), Error> {
+        self.check_stream(stream)?;
+        // cudarc's guards record each buffer's use on `stream` when dropped, after the launch.
+        let mut guards: Vec<SyncOnDrop<'_>> = Vec::new();
+        fn keep<'g>(guards: &mut Vec<SyncOnDrop<'g>>, (ptr, guard): (u64, SyncOnDrop<'g>)) -> u64 {
+            guards.push(guard);
+            ptr
+        }
+        let x_raw = RawMat {
+            ptr: keep(&mut guards, x.view.device_ptr(stream)),
+            rows: x.rows,
+            cols: x.cols,
+            row_stride: x.row_stride,
+            len: Some(x.view.len()),
+        };
+        let residual_raw = residual.as_mut().map(|r| RawMat {
+            len: Some(r.view.len()),
+            ptr: keep(&mut guards, r.view.device_ptr_mut(stream)),
+            rows: r.rows,
+            cols: r.cols,
+            row_stride: r.row_stride,
+        });
+        let weight = keep(&mut guards, w.device_ptr(stream));
+        let y_fp4_len = out.y_fp4.len();
+        let y_fp4 = keep(&mut guards, out.y_fp4.device_ptr_mut(stream));
+        let y_out = out.y_out.as_mut().map(|y| RawMat {
+            len: Some(y.view.len()),
+            ptr: keep(&mut guards, y.view.device_ptr_mut(stream)),
+            rows: y.rows,
+            cols: y.cols,
+            row_stride: y.row_stride,
+        });
+        let scale_lens = match &out.scales {
+            ScaleOut::RowMajor(r) => (Some(r.len()), None),
+            ScaleOut::Swizzled(s) => (None, Some(s.len())),
+            ScaleOut::Both {
+                row_major,
+                swizzled,
+            } => (Some(row_major.len()), Some(swizzled.len())),
+        };
+        let scales = match &mut out.scales {
+            ScaleOut::RowMajor(r) => {
+                ScaleOut::RowMajor(keep(&mut guards, r.device_ptr_mut(stream)))
+            }
+            ScaleOut::Swizzled(s) => {
+                ScaleOut::Swizzled(keep(&mut guards, s.device_ptr_mut(stream)))
+            }
+            ScaleOut::Both {
+                row_major,
+                swizzled,
+            } => ScaleOut::Both {
+                row_major: keep(&mut guards, row_major.device_ptr_mut(stream)),
+                swizzled: keep(&mut guards, swizzled.device_ptr_mut(stream)),
+            },
+        };
+        let (global_scale, gs_len) = match &gs {
+            DevGlobalScale::None => (RawGlobalScale::None, None),
+            DevGlobalScale::Uniform(v) => (
+                RawGlobalScale::Uniform(keep(&mut guards, v.device_ptr(stream))),
+                Some(v.len()),
+            ),
+            DevGlobalScale::PerRow(v) => (
+                RawGlobalScale::PerRow(keep(&mut guards, v.device_ptr(stream))),
+                Some(v.len()),
+            ),
+        };
+        let call = RawCall {
+            dtype: T::DTYPE,
+            x: x_raw,
+            residual: residual_raw,
+            weight,
+            weight_len: Some(w.len()),
+            y_fp4,
+            y_fp4_len: Some(y_fp4_len),
+            scales,
+            scale_lens,
+            y_out,
+            global_scale,
+            global_scale_len: gs_len,
+            options: *opts,
+        };
+        // SAFETY: every pointer comes from a live cudarc allocation whose length is passed
+        // along and checked; the views borrow them until after the launch.
+        let result = unsafe { raw::launch_fused(self, stream.cu_stream(), &call) };
+        drop(guards);
+        result
+    }
+}
+
+/// A read-only `rows × cols` device matrix; row `i` starts at element `i · row_stride`.
+pub struct DevMat<'a, T> {
+    view: CudaView<'a, T>,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+}
+
+impl<'a, T> DevMat<'a, T> {
+    /// A contiguous matrix over `view`.
+    pub fn new(view: CudaView<'a, T>, rows: usize, cols: usize) -> Self {
+        DevMat {
+            view,
+            rows,
+            cols,
+            row_stride: cols,
+        }
+    }
+    /// A matrix whose rows are `row_stride` elements apart.
+    pub fn with_stride(view: CudaView<'a, T>, rows: usize, cols: usize, row_stride: usize) -> Self {
+        DevMat {
+            view,
+            rows,
+            cols,
+            row_stride,
+        }
+    }
+    /// A contiguous matrix over a whole allocation.
+    pub fn from_slice(slice: &'a CudaSlice<T>, rows: usize, cols: usize) -> Self {
+        Self::new(slice.as_view(), rows, cols)
+    }
+}
+
+/// A mutable `rows × cols` device matrix; row `i` starts at element `i · row_stride`.
+pub struct DevMatMut<'a, T> {
+    view: CudaViewMut<'a, T>,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+}
+
+impl<'a, T> DevMatMut<'a, T> {
+    /// A contiguous matrix over `view`.
+    pub fn new(view: CudaViewMut<'a, T>, rows: usize, cols: usize) -> Self {
+        DevMatMut {
+            view,
+            rows,
+            cols,
+            row_stride: cols,
+        }
+    }
+    /// A matrix whose rows are `row_stride` elements apart.
+    pub fn with_stride(
+        view: CudaViewMut<'a, T>,
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+    ) -> Self {
+        DevMatMut {
+            view,
+            rows,
+            cols,
+            row_stride,
+        }
+    }
+    /// A contiguous matrix over a whole allocation.
+    pub fn from_slice(slice: &'a mut CudaSlice<T>, rows: usize, cols: usize) -> Self {
+        Self::new(slice.as_view_mut(), rows, cols)
+    }
+}
+
+/// Where the outputs of one GPU call go.
+pub struct DevFp4Out<'a, T> {
+    /// Packed FP4, `M · H/2` bytes.
+    pub y_fp4: CudaViewMut<'a, u8>,
+    /// Block-scale codes in the chosen layout(s).
+    pub scales: ScaleOut<CudaViewMut<'a, u8>>,
+    /// Optional `[M, H]` normalised values in the input dtype.
+    pub y_out: Option<DevMatMut<'a, T>>,
+}
+
+/// The global scale, in device memory so the kernel reads it at run time (graph replays
+/// see new values). Ignored by UE8M0 scales.
+pub enum DevGlobalScale<'a> {
+    /// No global scale (1.0).
+    None,
+    /// One f32 in device memory.
+    Uniform(CudaView<'a, f32>),
+    /// One f32 per row in device memory.
+    PerRow(CudaView<'a, f32>),
+}

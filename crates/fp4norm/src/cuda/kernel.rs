@@ -1,0 +1,289 @@
+//! Kernel specialisations: configuration → NVRTC defines, launch shape, and the
+//! compile cache (in process, thread-safe, compile once; and on disk).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction};
+use cudarc::nvrtc::Ptx;
+
+use super::nvrtc;
+use crate::{DType, Error, Problem, ScaleFormat};
+
+/// The kernel source, embedded in the crate.
+pub const SOURCE: &str = include_str!("kernels/fp4norm.cu");
+
+/// Which kernel of the source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKind {
+    /// `fp4norm_fused`: the op.
+    Fused = 0,
+    /// `fp4norm_dequant`: SPEC.md §4.
+    Dequant = 1,
+}
+
+/// How the global scale reaches the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GsMode {
+    /// No global scale: 1.0 (and UE8M0, which does not use it).
+    None,
+    /// One value in device memory.
+    Uniform,
+    /// One value per row in device memory.
+    PerRow,
+}
+
+/// One specialisation: everything that is a compile-time constant of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelConfig {
+    /// Which kernel.
+    pub kind: KernelKind,
+    /// Element dtype.
+    pub dtype: DType,
+    /// Hidden size.
+    pub h: usize,
+    /// Block size (16 or 32).
+    pub block: usize,
+    /// UE8M0 (true) or E4M3 scales.
+    pub ue8m0: bool,
+    /// Write row-major scales.
+    pub row_major: bool,
+    /// Write swizzled scales.
+    pub swizzled: bool,
+    /// Residual add (false: `rmsnorm_fp4quant`).
+    pub residual: bool,
+    /// Write `y_out`.
+    pub y_out: bool,
+    /// Global-scale source.
+    pub gs: GsMode,
+    /// Hardware E2M1 conversion (sm_100a-class targets).
+    pub hw_e2m1: bool,
+    /// Threads per row.
+    pub threads_per_row: u32,
+    /// Rows per CTA.
+    pub rows_per_cta: u32,
+    /// 16-byte vector accesses (false: the element-wise fallback).
+    pub aligned: bool,
+}
+
+impl KernelConfig {
+    /// The fused kernel's configuration for `p`, with the launch shape chosen for the
+    /// device (see [`launch_shape`]).
+    pub fn fused(p: &Problem, gs: GsMode, aligned: bool, hw_e2m1: bool, sm_count: u32) -> Self {
+        let (g, r) = launch_shape(p.h, p.m, sm_count);
+        KernelConfig {
+            kind: KernelKind::Fused,
+            dtype: p.dtype,
+            h: p.h,
+            block: p.block(),
+            ue8m0: p.format.scale == ScaleFormat::UE8M0,
+            row_major: p.layout.has_row_major(),
+            swizzled: p.layout.has_swizzled(),
+            residual: p.has_residual,
+            y_out: p.has_y_out,
+            gs: if p.format.scale == ScaleFormat::UE8M0 {
+                GsMode::None
+            } else {
+                gs
+            },
+            hw_e2m1,
+            threads_per_row: g,
+            rows_per_cta: r,
+            aligned,
+        }
+    }
+
+    /// The kernel's entry point.
+    pub fn function_name(&self) -> &'static str {
+        match self.kind {
+            KernelKind::Fused => "fp4norm_fused",
+            KernelKind::Dequant => "fp4norm_dequant",
+        }
+    }
+
+    /// Threads per CTA.
+    pub fn block_threads(&self) -> u32 {
+        match self.kind {
+            KernelKind::Fused => self.threads_per_row * self.rows_per_cta,
+            KernelKind::Dequant => 256,
+        }
+    }
+
+    /// The `#define`s that specialise the source.
+    pub fn defines(&self) -> String {
+        let b = |v: bool| v as u32;
+        format!(
+            "#define FP4_KIND {}\n#define FP4_F16 {}\n#define FP4_H {}\n#define FP4_BLOCK {}\n#define FP4_UE8M0 {}\n\
+             #define FP4_ROW_MAJOR {}\n#define FP4_SWIZZLED {}\n#define FP4_RESIDUAL {}\n\
+             #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_G {}\n\
+             #define FP4_R {}\n#define FP4_VEC_ALIGNED {}\n",
+            self.kind as u32,
+            b(self.dtype == DType::F16),
+            self.h,
+            self.block,
+            b(self.ue8m0),
+            b(self.row_major),
+            b(self.swizzled),
+            b(self.residual),
+            b(self.y_out),
+            match self.gs {
+                GsMode::None => 0,
+                GsMode::Uniform => 1,
+                GsMode::PerRow => 2,
+            },
+            b(self.hw_e2m1),
+            self.threads_per_row,
+            self.rows_per_cta,
+            b(self.aligned),
+        )
+    }
+
+    /// The full source of this specialisation.
+    pub fn source(&self) -> String {
+        format!("{}\n{}", self.defines(), SOURCE)
+    }
+
+    /// A one-line description for logs and errors.
+    pub fn describe(&self) -> String {
+        format!(
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} G={} R={} aligned={}",
+            self.kind,
+            self.dtype,
+            self.h,
+            self.block,
+            if self.ue8m0 { "ue8m0" } else { "e4m3" },
+            self.row_major,
+            self.swizzled,
+            self.residual,
+            self.y_out,
+            self.gs,
+            self.hw_e2m1,
+            self.threads_per_row,
+            self.rows_per_cta,
+            self.aligned
+        )
+    }
+}
+
+/// Threads per row and rows per CTA for a row of `h` elements.
+///
+/// Each thread handles 8-element (16-byte) vectors. About four vectors per thread keep
+/// enough loads in flight without tying up registers; rows shorter than a warp's worth
+/// share a CTA so that CTAs stay at least 128 threads.
+pub fn launch_shape(h: usize, _m: usize, _sm_count: u32) -> (u32, u32) {
+    let nv = (h / 8).max(1) as u32;
+    let g = nv.div_ceil(4).div_ceil(32).clamp(1, 32) * 32;
+    let r = (128 / g).max(1);
+    (g, r)
+}
+
+/// Where compiled cubins are kept between processes: `FP4NORM_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/fp4norm`, else `~/.cache/fp4norm`. `FP4NORM_CACHE_DIR=off` disables it.
+pub fn disk_cache_dir() -> Option<PathBuf> {
+    match std::env::var_os("FP4NORM_CACHE_DIR") {
+        Some(v) if v == "off" => None,
+        Some(v) => Some(PathBuf::from(v)),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("fp4norm")),
+    }
+}
+
+/// FNV-1a, 64 bits: a stable hash for cache file names (the full key is also stored in
+/// the file and compared on load, so a collision cannot load a wrong kernel).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Compiles a specialisation for `arch`, through the disk cache.
+pub fn compile_cached(cfg: &KernelConfig, arch: &str) -> Result<Vec<u8>, Error> {
+    let source = cfg.source();
+    let nvrtc_version = nvrtc::version()?;
+    let key = format!(
+        "fp4norm {} nvrtc {:?} {arch}\n{source}",
+        env!("CARGO_PKG_VERSION"),
+        nvrtc_version
+    );
+    let file = disk_cache_dir().map(|d| d.join(format!("{:016x}.cubin", fnv1a(key.as_bytes()))));
+    if let Some(f) = &file {
+        if let Ok(bytes) = std::fs::read(f) {
+            // Layout: key length (u64 LE), key, cubin.
+            if bytes.len() > 8 {
+                let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+                if bytes.len() > 8 + n && &bytes[8..8 + n] == key.as_bytes() {
+                    return Ok(bytes[8 + n..].to_vec());
+                }
+            }
+        }
+    }
+    let compiled = nvrtc::compile(&source, arch, &cfg.describe())?;
+    if let Some(f) = &file {
+        // Best effort: a cache that cannot be written only costs a recompile.
+        let _ = (|| -> std::io::Result<()> {
+            std::fs::create_dir_all(f.parent().expect("has parent"))?;
+            let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+            let mut data = (key.len() as u64).to_le_bytes().to_vec();
+            data.extend_from_slice(key.as_bytes());
+            data.extend_from_slice(&compiled.cubin);
+            std::fs::write(&tmp, data)?;
+            std::fs::rename(&tmp, f)
+        })();
+    }
+    Ok(compiled.cubin)
+}
+
+type Slot = Arc<OnceLock<Result<CudaFunction, String>>>;
+
+/// Loaded kernels of one device, one entry per specialisation. Concurrent callers asking
+/// for the same specialisation wait for a single compile.
+#[derive(Default)]
+pub struct KernelCache {
+    slots: Mutex<HashMap<KernelConfig, Slot>>,
+}
+
+impl KernelCache {
+    /// The loaded function for `cfg`, compiling and loading it on first use.
+    pub fn get(
+        &self,
+        ctx: &Arc<CudaContext>,
+        arch: &str,
+        cfg: &KernelConfig,
+    ) -> Result<CudaFunction, Error> {
+        nvrtc::ensure_loaded()?;
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.entry(*cfg).or_default().clone()
+        };
+        slot.get_or_init(|| {
+            let cubin = compile_cached(cfg, arch).map_err(|e| e.to_string())?;
+            let module = ctx
+                .load_module(Ptx::from_binary(cubin))
+                .map_err(|e| format!("loading {}: {e}", cfg.describe()))?;
+            module
+                .load_function(cfg.function_name())
+                .map_err(|e| format!("{}: {e}", cfg.function_name()))
+        })
+        .clone()
+        .map_err(|log| Error::Compile {
+            config: cfg.describe(),
+            log,
+        })
+    }
+
+    /// Number of specialisations compiled (or being compiled) so far.
+    pub fn len(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no kernel has been requested yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

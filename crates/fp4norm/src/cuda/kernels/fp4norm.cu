@@ -1,0 +1,489 @@
+// fp4norm CUDA kernels: fused residual add + RMSNorm + FP4 block quantisation,
+// bit-exact to SPEC.md. Compiled at run time by NVRTC, one specialisation per
+// configuration; the host prepends the FP4_* macros below. No CUDA headers are
+// included (NVRTC may lack them): 16-bit floats are handled as raw bits with PTX.
+//
+// Exactness rules (SPEC.md §1, §7): every float operation is an explicit IEEE
+// round-to-nearest intrinsic (__fadd_rn, __fmul_rn, __fdiv_rn, __dadd_rn, ...),
+// so neither contraction into FMA nor approximate division can change a result;
+// the host also compiles with --fmad=false -ftz=false -prec-div=true -prec-sqrt=true.
+//
+// Configuration macros (all set by the host, see src/cuda/kernel.rs):
+//   FP4_KIND         0: the fused kernel, 1: dequantisation
+//   FP4_F16          0: bf16 elements, 1: f16 elements
+//   FP4_H            hidden size (elements per row)
+//   FP4_BLOCK        16 or 32 elements per scale block
+//   FP4_UE8M0        0: E4M3 scales, 1: UE8M0 scales
+//   FP4_ROW_MAJOR    write row-major scales
+//   FP4_SWIZZLED     write 128x4 swizzled scales (padding zeroed)
+//   FP4_RESIDUAL     add and write back the residual
+//   FP4_Y_OUT        write y (the normalised values) in the element dtype
+//   FP4_GS           0: global scale 1.0, 1: one value gs[0], 2: one per row gs[row]
+//   FP4_HW_E2M1      use cvt.rn.satfinite.e2m1x2.f32 (sm_100a-class targets only)
+//   FP4_G            threads per row (a multiple of 32)
+//   FP4_R            rows per CTA
+//   FP4_VEC_ALIGNED  1: 16-byte vector loads/stores; 0: element-wise path for
+//                    pointers or strides that are not 16-byte aligned
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#define NV (FP4_H / 8)                   // 8-element vectors per row
+#define VPB (FP4_BLOCK / 8)              // vectors per scale block
+#define VPT ((NV + FP4_G - 1) / FP4_G)   // vectors per thread
+#define NB (FP4_H / FP4_BLOCK)           // blocks per row
+#define NK4 (((NB + 3) / 4) * 4)         // blocks per row, padded to the swizzle tile
+#define WARPS_PER_ROW (FP4_G / 32)
+// Rows held in registers between the two passes; beyond that the second pass
+// re-reads h from the residual (or x) it has just written (same thread, same addresses).
+#define HOLD_IN_REGS (VPT <= 4 || (VPT <= 8 && FP4_G * FP4_R <= 256))
+#define PASS1_CHUNK (HOLD_IN_REGS ? VPT : 4)
+
+// Kernel arguments (one struct, passed by value; the host mirrors it with #[repr(C)]).
+struct Fp4NormParams {
+    const u16* x;       // [m, x_stride]
+    u16* r;             // [m, r_stride], updated in place
+    const u16* w;       // [H]
+    u8* q;              // [m, H/2] packed E2M1
+    u8* sf_row_major;   // [m, NB]
+    u8* sf_swizzled;    // [Mp * NK4]
+    u16* y_out;         // [m, y_stride]
+    const float* gs;    // [1] or [m]
+    i64 m;
+    i64 rows_total;     // m, or Mp when the swizzled padding rows must be zeroed
+    i64 x_stride;       // elements
+    i64 r_stride;
+    i64 y_stride;
+    float eps;
+};
+
+// ---------------------------------------------------------------------------
+// Element conversions (raw bits). RNdt: round to nearest even; NaN becomes the
+// canonical NaN 0x7FFF, as the CPU backends write.
+
+__device__ __forceinline__ float elem_to_f32(u32 bits16) {
+#if FP4_F16
+    float f;
+    asm("{ .reg .b16 h; cvt.u16.u32 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(bits16));
+    return f;
+#else
+    return __uint_as_float(bits16 << 16);
+#endif
+}
+
+// Two f32 to packed dt (lo in the low 16 bits).
+__device__ __forceinline__ u32 f32x2_to_elem(float lo, float hi) {
+    u32 d;
+#if FP4_F16
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#endif
+    // Canonical NaN for either half (the hardware's NaN bits are not part of the contract).
+    if (lo != lo) d = (d & 0xFFFF0000u) | 0x7FFFu;
+    if (hi != hi) d = (d & 0x0000FFFFu) | 0x7FFF0000u;
+    return d;
+}
+
+// ---------------------------------------------------------------------------
+// Codecs (SPEC.md §2), written exactly as crates/fp4norm/src/codec.rs.
+
+__device__ __forceinline__ u32 e2m1_encode_sw(float v) {
+    const float a = fabsf(v);
+    const u32 mag = (u32)(a > 0.25f) + (u32)(a >= 0.75f) + (u32)(a > 1.25f) + (u32)(a >= 1.75f)
+                  + (u32)(a > 2.5f) + (u32)(a >= 3.5f) + (u32)(a > 5.0f);
+    const u32 sign = (__float_as_uint(v) >> 28) & 0x8u;
+    return (v != v) ? 0x7u : (mag | sign);
+}
+
+// Eight products y[i] * inv to eight E2M1 codes, nibble i at bits 4i.
+__device__ __forceinline__ u32 e2m1_pack8(const float (&y)[8], float inv) {
+    float p[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) p[i] = __fmul_rn(y[i], inv);
+#if FP4_HW_E2M1
+    // cvt.rn.satfinite.e2m1x2.f32 d, a, b puts a in the high nibble, b in the low one.
+    // A product is NaN only when inv is NaN or infinite (block-uniform): those blocks
+    // take the software encoder, whose NaN rule is the contract's.
+    if ((__float_as_uint(inv) & 0x7F800000u) != 0x7F800000u) {
+        u32 out = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            u32 b;
+            asm("{ .reg .b8 t; cvt.rn.satfinite.e2m1x2.f32 t, %1, %2; cvt.u32.u8 %0, t; }"
+                : "=r"(b) : "f"(p[2 * j + 1]), "f"(p[2 * j]));
+            out |= b << (8 * j);
+        }
+        return out;
+    }
+#endif
+    u32 out = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out |= e2m1_encode_sw(p[i]) << (4 * i);
+    return out;
+}
+
+__device__ __forceinline__ u32 e4m3_encode(float s) {
+    const u32 bits = __float_as_uint(s);
+    const u32 sign = (bits >> 24) & 0x80u;
+    const u32 abs_bits = bits & 0x7FFFFFFFu;
+    if (abs_bits > 0x7F800000u) return 0x7Fu;
+    const float a = __uint_as_float(abs_bits);
+    if (a >= 448.0f) return sign | 0x7Eu;
+    if (abs_bits < 0x3C800000u) {
+        // below 2^-6: multiples of 2^-9, round half to even (exact scaling by 2^9)
+        return sign | (u32)__float2int_rn(__fmul_rn(a, 512.0f));
+    }
+    const u32 rebiased = abs_bits - ((127u - 7u) << 23);
+    const u32 rounded = (rebiased + 0x7FFFFu + ((rebiased >> 20) & 1u)) >> 20;
+    return sign | min(rounded, 0x7Eu);
+}
+
+__device__ __forceinline__ float e4m3_decode(u32 code) {
+    const u32 exp = (code >> 3) & 0xFu;
+    const u32 mant = code & 0x7u;
+    float mag;
+    if ((code & 0x7Fu) == 0x7Fu) {
+        mag = __uint_as_float(0x7FFFFFFFu);
+    } else if (exp == 0) {
+        mag = __fmul_rn((float)mant, 1.0f / 512.0f);
+    } else {
+        // (1 + m/8) * 2^(exp-7), assembled directly as f32 bits
+        mag = __uint_as_float(((exp - 7u + 127u) << 23) | (mant << 20));
+    }
+    return (code & 0x80u) ? -mag : mag;
+}
+
+__device__ __forceinline__ u32 ue8m0_ceil_code(float v) {
+    const u32 bits = __float_as_uint(v);
+    if (v != v) return 0xFFu;
+    if (bits == 0 || (bits & 0x80000000u)) return 0;
+    const u32 exp = bits >> 23;
+    const u32 mant = bits & 0x7FFFFFu;
+    if (exp == 0) return mant > 0x400000u ? 1u : 0u;
+    return min(exp + (mant != 0 ? 1u : 0u), 254u);
+}
+
+__device__ __forceinline__ float ue8m0_inverse(u32 code) {
+    if (code == 254u) return __uint_as_float(1u << 22);
+    if (code == 255u) return __uint_as_float(0x7FFFFFFFu);
+    return __uint_as_float((254u - code) << 23);
+}
+
+// ---------------------------------------------------------------------------
+// Memory access. The aligned path moves 16 bytes per access; the fallback moves
+// one element at a time, for views whose pointers or strides are not 16-byte aligned.
+
+__device__ __forceinline__ uint4 load_vec_ro(const u16* p) {
+#if FP4_VEC_ALIGNED
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    u32 e[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = p[i];
+    return make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+#endif
+}
+
+__device__ __forceinline__ uint4 load_vec(const u16* p) {
+#if FP4_VEC_ALIGNED
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    u32 e[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = p[i];
+    return make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+#endif
+}
+
+__device__ __forceinline__ uint4 load_weight(const u16* p) {
+#if FP4_VEC_ALIGNED
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    return load_vec(p);
+#endif
+}
+
+__device__ __forceinline__ void store_vec(u16* p, uint4 v) {
+#if FP4_VEC_ALIGNED
+    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
+                 :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+#else
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        p[2 * i] = (u16)(w[i] & 0xFFFFu);
+        p[2 * i + 1] = (u16)(w[i] >> 16);
+    }
+#endif
+}
+
+__device__ __forceinline__ void store_q(u8* p, u32 v) {
+#if FP4_VEC_ALIGNED
+    asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+#else
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = (u8)(v >> (8 * i));
+#endif
+}
+
+__device__ __forceinline__ i64 swizzled_offset(i64 row, int b) {
+    return (row >> 7) * (i64)(NK4 / 4) * 512 + (i64)(b >> 2) * 512 + (row & 31) * 16
+         + ((row & 127) >> 5) * 4 + (b & 3);
+}
+
+__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = elem_to_f32(w[i] & 0xFFFFu);
+        f[2 * i + 1] = elem_to_f32(w[i] >> 16);
+    }
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+    return v;
+}
+
+// ---------------------------------------------------------------------------
+// The fused kernel. A group of FP4_G threads owns one row; thread t of the group
+// handles 8-element vectors t, t+G, t+2G, ... so every warp access is contiguous.
+// The vectors of one scale block sit in VPB neighbouring lanes, which combine
+// their block maximum with one or two shuffles.
+
+#if FP4_KIND == 0
+extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R)
+fp4norm_fused(const Fp4NormParams p) {
+    const int lane = threadIdx.x % FP4_G;
+    const int group = threadIdx.x / FP4_G;
+    const i64 row = (i64)blockIdx.x * FP4_R + group;
+    const bool live = row < p.m;
+
+#if WARPS_PER_ROW > 1
+    __shared__ double partial[FP4_R][WARPS_PER_ROW];
+#endif
+
+    // Pass 1: h = RNdt(x + r), written back to r; partial sum of squares in f64.
+    uint4 hv[HOLD_IN_REGS ? VPT : 1];
+    double ss = 0.0;
+    if (live) {
+        const u16* xrow = p.x + row * p.x_stride;
+#if FP4_RESIDUAL
+        u16* rrow = p.r + row * p.r_stride;
+#endif
+        // Loads first, so up to PASS1_CHUNK (x2) 16-byte loads per thread are in flight at once.
+#pragma unroll
+        for (int k0 = 0; k0 < VPT; k0 += PASS1_CHUNK) {
+            uint4 xv[PASS1_CHUNK];
+#if FP4_RESIDUAL
+            uint4 rv[PASS1_CHUNK];
+#endif
+#pragma unroll
+            for (int c = 0; c < PASS1_CHUNK; ++c) {
+                const int v = lane + (k0 + c) * FP4_G;
+                if (k0 + c < VPT && v < NV) {
+                    xv[c] = load_vec_ro(xrow + v * 8);
+#if FP4_RESIDUAL
+                    rv[c] = load_vec(rrow + v * 8);
+#endif
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < PASS1_CHUNK; ++c) {
+                const int k = k0 + c;
+                const int v = lane + k * FP4_G;
+                if (k < VPT && v < NV) {
+#if FP4_RESIDUAL
+                    float xf[8], rf[8];
+                    unpack8(xv[c], xf);
+                    unpack8(rv[c], rf);
+                    uint4 h;
+                    h.x = f32x2_to_elem(__fadd_rn(xf[0], rf[0]), __fadd_rn(xf[1], rf[1]));
+                    h.y = f32x2_to_elem(__fadd_rn(xf[2], rf[2]), __fadd_rn(xf[3], rf[3]));
+                    h.z = f32x2_to_elem(__fadd_rn(xf[4], rf[4]), __fadd_rn(xf[5], rf[5]));
+                    h.w = f32x2_to_elem(__fadd_rn(xf[6], rf[6]), __fadd_rn(xf[7], rf[7]));
+                    store_vec(rrow + v * 8, h);
+#else
+                    const uint4 h = xv[c];
+#endif
+                    float hf[8];
+                    unpack8(h, hf);
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        const double d = (double)hf[i];
+                        ss = __fma_rn(d, d, ss);  // the square is exact in f64, so fma == mul + add
+                    }
+#if HOLD_IN_REGS
+                    hv[k] = h;
+#endif
+                }
+            }
+        }
+    }
+
+    // Row sum of squares: warp shuffles, then across the row's warps through shared memory.
+    ss = warp_sum(ss);
+#if WARPS_PER_ROW > 1
+    if ((lane & 31) == 0) partial[group][lane >> 5] = ss;
+    __syncthreads();
+    ss = 0.0;
+#pragma unroll
+    for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[group][i]);
+#endif
+
+    if (live) {
+        // rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation.
+        const double mean = __dadd_rn(__ddiv_rn(ss, (double)FP4_H), (double)p.eps);
+        const float rstd = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(mean)));
+#if FP4_GS == 0
+        const float gs = 1.0f;
+#elif FP4_GS == 1
+        const float gs = p.gs[0];
+#else
+        const float gs = p.gs[row];
+#endif
+#if !HOLD_IN_REGS
+        const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
+#endif
+
+        // Pass 2: y, block scales, E2M1 codes.
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const int v = lane + k * FP4_G;
+            const bool in_row = v < NV;  // lanes past the row still join the shuffles
+            float y[8];
+            u32 amax_bits = 0;
+            if (in_row) {
+#if HOLD_IN_REGS
+                const uint4 h = hv[k];
+#else
+                const uint4 h = load_vec(hrow + v * 8);
+#endif
+                float hf[8], wf[8];
+                unpack8(h, hf);
+                unpack8(load_weight(p.w + v * 8), wf);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    y[i] = __fmul_rn(__fmul_rn(hf[i], rstd), wf[i]);
+                    // |y| bits order like |y|, and NaN bits lie above +Inf: an integer
+                    // max is amax with NaN propagating.
+                    amax_bits = max(amax_bits, __float_as_uint(y[i]) & 0x7FFFFFFFu);
+                }
+#if FP4_Y_OUT
+                uint4 yo;
+                yo.x = f32x2_to_elem(y[0], y[1]);
+                yo.y = f32x2_to_elem(y[2], y[3]);
+                yo.z = f32x2_to_elem(y[4], y[5]);
+                yo.w = f32x2_to_elem(y[6], y[7]);
+                store_vec(p.y_out + row * p.y_stride + v * 8, yo);
+#endif
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) y[i] = 0.0f;
+            }
+#pragma unroll
+            for (int o = 1; o < VPB; o <<= 1)
+                amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, o));
+            if (!in_row) continue;
+            const float amax = __uint_as_float(amax_bits);
+#if FP4_UE8M0
+            const u32 code = ue8m0_ceil_code(__fdiv_rn(amax, 6.0f));
+            const float inv = ue8m0_inverse(code);
+#else
+            const u32 code = e4m3_encode(__fdiv_rn(__fmul_rn(gs, amax), 6.0f));
+            const float d = e4m3_decode(code);
+            const float inv = (d == 0.0f) ? 0.0f : __fdiv_rn(gs, d);
+#endif
+            store_q(p.q + row * (FP4_H / 2) + v * 4, e2m1_pack8(y, inv));
+            if (v % VPB == 0) {
+                const int b = v / VPB;
+#if FP4_ROW_MAJOR
+                p.sf_row_major[row * NB + b] = (u8)code;
+#endif
+#if FP4_SWIZZLED
+                p.sf_swizzled[swizzled_offset(row, b)] = (u8)code;
+#if NK4 != NB
+                if (b == NB - 1) {
+#pragma unroll
+                    for (int j = NB; j < NK4; ++j) p.sf_swizzled[swizzled_offset(row, j)] = 0;
+                }
+#endif
+#endif
+            }
+        }
+    }
+#if FP4_SWIZZLED
+    else if (row < p.rows_total) {
+        // Rows m..Mp of the last 128-row tile: scale padding, written as zero.
+        for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
+    }
+#endif
+}
+
+#endif  // FP4_KIND == 0
+
+// ---------------------------------------------------------------------------
+// Dequantisation (SPEC.md §4): one thread per 8 elements.
+
+struct Fp4DequantParams {
+    const u8* q;
+    const u8* sf;
+    const float* gs;
+    float* out;
+    i64 m;
+};
+
+#if FP4_KIND == 1
+extern "C" __global__ void __launch_bounds__(256) fp4norm_dequant(const Fp4DequantParams p) {
+    const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;  // vector index
+    if (idx >= p.m * NV) return;
+    const i64 row = idx / NV;
+    const int v = (int)(idx % NV);
+    const int b = v / VPB;
+#if FP4_SWIZZLED
+    const u32 code = p.sf[swizzled_offset(row, b)];
+#else
+    const u32 code = p.sf[row * NB + b];
+#endif
+#if FP4_UE8M0
+    const float scale = (code == 0u) ? __uint_as_float(1u << 22)
+                      : (code == 255u) ? __uint_as_float(0x7FFFFFFFu) : __uint_as_float(code << 23);
+#else
+    const float d = e4m3_decode(code);
+#if FP4_GS == 0
+    const float gs = 1.0f;
+#elif FP4_GS == 1
+    const float gs = p.gs[0];
+#else
+    const float gs = p.gs[row];
+#endif
+#endif
+    const u32 packed = *(const u32*)(p.q + row * (FP4_H / 2) + v * 4);
+    const float mags[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float* o = p.out + row * FP4_H + v * 8;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const u32 c = (packed >> (4 * i)) & 0xFu;
+        const float e = (c & 8u) ? -mags[c & 7u] : mags[c & 7u];
+#if FP4_UE8M0
+        o[i] = __fmul_rn(e, scale);
+#else
+        o[i] = __fdiv_rn(__fmul_rn(e, d), gs);
+#endif
+    }
+}
+#endif  // FP4_KIND == 1
