@@ -203,7 +203,9 @@ pub fn f32_to_f16_bits(v: f32) -> u16 {
         // Below 2^-14: a half subnormal or zero. Adding 0.5 aligns the value's bits so
         // that the f32 adder itself rounds to a multiple of 2^-24, ties to even.
         const MAGIC: u32 = ((127 - 15) + (23 - 10) + 1) << 23;
-        (f32::from_bits(u) + f32::from_bits(MAGIC)).to_bits().wrapping_sub(MAGIC) as u16
+        (f32::from_bits(u) + f32::from_bits(MAGIC))
+            .to_bits()
+            .wrapping_sub(MAGIC) as u16
     } else {
         // Normal: rebias the exponent and round the 13 dropped mantissa bits to nearest even;
         // a carry into the exponent is the correct result (up to Inf).

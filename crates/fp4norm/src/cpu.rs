@@ -7,7 +7,9 @@ use crate::codec::e2m1_encode;
 use crate::layout::{swizzled_col_tiles, swizzled_offset, SWIZZLE_ROWS, SWIZZLE_TILE_BYTES};
 use crate::op::{validate_host, OutputsPlan};
 use crate::reference::block_scale;
-use crate::{BlockSize, Element, Error, Fp4Format, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem};
+use crate::{
+    BlockSize, Element, Error, Fp4Format, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem,
+};
 
 /// Residual add + RMSNorm + FP4 quantisation (SPEC.md §1) on the CPU.
 ///
@@ -80,10 +82,19 @@ fn run<T: Element>(
     if p.m == 0 {
         return Ok(());
     }
-    let OutputsPlan { y_fp4, row_major, swizzled, y_out } = OutputsPlan::from(out);
+    let OutputsPlan {
+        y_fp4,
+        row_major,
+        swizzled,
+        y_out,
+    } = OutputsPlan::from(out);
     // A swizzled tile interleaves 128 rows, so with that layout a task owns whole tiles;
     // otherwise a task is about 64K elements, enough to amortise scheduling.
-    let rows_per_task = if swizzled.is_some() { SWIZZLE_ROWS } else { (65536 / p.h).clamp(1, 256) };
+    let rows_per_task = if swizzled.is_some() {
+        SWIZZLE_ROWS
+    } else {
+        (65536 / p.h).clamp(1, 256)
+    };
     let n_tasks = p.m.div_ceil(rows_per_task);
     let nb = p.n_blocks();
 
@@ -105,10 +116,15 @@ fn run<T: Element>(
         .collect();
 
     let run_task = match p.format.block {
-        BlockSize::B16 => process_task::<T, 16> as fn(&Problem, Task<'_, T>, &MatRef<'_, T>, &[T], &GlobalScale<'_>),
+        BlockSize::B16 => {
+            process_task::<T, 16>
+                as fn(&Problem, Task<'_, T>, &MatRef<'_, T>, &[T], &GlobalScale<'_>)
+        }
         BlockSize::B32 => process_task::<T, 32>,
     };
-    tasks.into_par_iter().for_each(|t| run_task(&p, t, &x, w, &gs));
+    tasks
+        .into_par_iter()
+        .for_each(|t| run_task(&p, t, &x, w, &gs));
     Ok(())
 }
 
@@ -135,7 +151,13 @@ fn process_task<T: Element, const B: usize>(
             &mut y,
             t.y_out.as_mut().map(|o| o.row_mut(i)),
         );
-        quantize_row::<B>(p.format, &y, gs.row(row), &mut t.y_fp4[i * h / 2..(i + 1) * h / 2], &mut codes);
+        quantize_row::<B>(
+            p.format,
+            &y,
+            gs.row(row),
+            &mut t.y_fp4[i * h / 2..(i + 1) * h / 2],
+            &mut codes,
+        );
         if let Some(s) = t.row_major.as_deref_mut() {
             s[i * nb..(i + 1) * nb].copy_from_slice(&codes);
         }
@@ -195,8 +217,18 @@ fn normalize_row<T: Element>(
 
 /// Steps 5–8 of SPEC.md §1 for one row of `y`: packed codes and one scale code per block.
 #[inline(always)]
-fn quantize_row<const B: usize>(format: Fp4Format, y: &[f32], gs: f32, q: &mut [u8], codes: &mut [u8]) {
-    for ((yb, qb), code) in y.chunks_exact(B).zip(q.chunks_exact_mut(B / 2)).zip(codes.iter_mut()) {
+fn quantize_row<const B: usize>(
+    format: Fp4Format,
+    y: &[f32],
+    gs: f32,
+    q: &mut [u8],
+    codes: &mut [u8],
+) {
+    for ((yb, qb), code) in y
+        .chunks_exact(B)
+        .zip(q.chunks_exact_mut(B / 2))
+        .zip(codes.iter_mut())
+    {
         // |y| as bits orders like the value, and every NaN is above +Inf: an integer
         // max is the block's amax with NaN propagating, and it vectorises.
         let mut amax_bits = 0u32;

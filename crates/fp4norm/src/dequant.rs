@@ -47,28 +47,36 @@ pub fn dequantize(
         ScaleIn::Swizzled(s) => (None, Some(s.len())),
     };
     p.check_output_lens(y_fp4.len(), rm, sw)?;
-    p.check_len("out", out.len(), m * h, &format!("M·H for M = {m}, H = {h}"))?;
+    p.check_len(
+        "out",
+        out.len(),
+        m * h,
+        &format!("M·H for M = {m}, H = {h}"),
+    )?;
     global_scale.check(m)?;
     if m == 0 {
         return Ok(());
     }
     let (b, nb) = (p.block(), p.n_blocks());
-    out.par_chunks_mut(h).zip(y_fp4.par_chunks(h / 2)).enumerate().for_each(|(row, (o, q))| {
-        let gs = global_scale.row(row);
-        for blk in 0..nb {
-            let code = match layout {
-                ScaleLayout::Swizzled => sf[swizzled_offset(row, blk, nb)],
-                _ => sf[row * nb + blk],
-            };
-            for i in blk * b..(blk + 1) * b {
-                let nibble = (q[i / 2] >> (4 * (i % 2))) & 0xF;
-                let e = e2m1_decode(nibble);
-                o[i] = match format.scale {
-                    ScaleFormat::E4M3 => (e * e4m3_decode(code)) / gs,
-                    ScaleFormat::UE8M0 => e * ue8m0_decode(code),
+    out.par_chunks_mut(h)
+        .zip(y_fp4.par_chunks(h / 2))
+        .enumerate()
+        .for_each(|(row, (o, q))| {
+            let gs = global_scale.row(row);
+            for blk in 0..nb {
+                let code = match layout {
+                    ScaleLayout::Swizzled => sf[swizzled_offset(row, blk, nb)],
+                    _ => sf[row * nb + blk],
                 };
+                for i in blk * b..(blk + 1) * b {
+                    let nibble = (q[i / 2] >> (4 * (i % 2))) & 0xF;
+                    let e = e2m1_decode(nibble);
+                    o[i] = match format.scale {
+                        ScaleFormat::E4M3 => (e * e4m3_decode(code)) / gs,
+                        ScaleFormat::UE8M0 => e * ue8m0_decode(code),
+                    };
+                }
             }
-        }
-    });
+        });
     Ok(())
 }

@@ -36,11 +36,21 @@ pub enum Error {
 
     /// Tensors of one call do not share a dtype.
     #[error("dtype mismatch: {name} is {got} but input is {expected}; x, residual, weight and y_out must share one dtype")]
-    DTypeMismatch { name: &'static str, expected: &'static str, got: &'static str },
+    DTypeMismatch {
+        name: &'static str,
+        expected: &'static str,
+        got: &'static str,
+    },
 
     /// Two tensors that must have the same shape do not.
     #[error("shape mismatch: {name} is [{got_rows}, {got_cols}] but input is [{rows}, {cols}]")]
-    ShapeMismatch { name: &'static str, rows: usize, cols: usize, got_rows: usize, got_cols: usize },
+    ShapeMismatch {
+        name: &'static str,
+        rows: usize,
+        cols: usize,
+        got_rows: usize,
+        got_cols: usize,
+    },
 
     /// The weight does not have `H` elements.
     #[error("weight has {got} elements but H = {expected}: pass one weight per hidden element")]
@@ -48,15 +58,33 @@ pub enum Error {
 
     /// An output buffer has the wrong length.
     #[error("{name} has {got} bytes but this call needs exactly {expected} ({what})")]
-    OutputSize { name: &'static str, expected: usize, got: usize, what: String },
+    OutputSize {
+        name: &'static str,
+        expected: usize,
+        got: usize,
+        what: String,
+    },
 
     /// A matrix view's row stride is shorter than its rows.
-    #[error("{name}: row stride {stride} is smaller than the row length {cols}; rows must not overlap")]
-    StrideTooSmall { name: &'static str, stride: usize, cols: usize },
+    #[error(
+        "{name}: row stride {stride} is smaller than the row length {cols}; rows must not overlap"
+    )]
+    StrideTooSmall {
+        name: &'static str,
+        stride: usize,
+        cols: usize,
+    },
 
     /// A matrix view runs past the end of its buffer.
     #[error("{name}: {rows} rows of {cols} with row stride {stride} need {needed} elements but the buffer has {len}")]
-    ViewOutOfBounds { name: &'static str, rows: usize, cols: usize, stride: usize, needed: usize, len: usize },
+    ViewOutOfBounds {
+        name: &'static str,
+        rows: usize,
+        cols: usize,
+        stride: usize,
+        needed: usize,
+        len: usize,
+    },
 
     /// Per-row global scales of the wrong length.
     #[error("per-row global_scale has {got} values but there are M = {expected} rows: pass 1 value or M values")]
@@ -75,12 +103,22 @@ pub enum Error {
     Overlap { a: &'static str, b: &'static str },
 
     /// Tensors on different devices (or host and device mixed).
-    #[error("{name} is on {got} but input is on {expected}: put all tensors of one call on one device")]
-    DeviceMismatch { name: &'static str, expected: String, got: String },
+    #[error(
+        "{name} is on {got} but input is on {expected}: put all tensors of one call on one device"
+    )]
+    DeviceMismatch {
+        name: &'static str,
+        expected: String,
+        got: String,
+    },
 
     /// A device pointer without the alignment the kernel needs.
     #[error("{name} at address {address:#x} is not {required}-byte aligned")]
-    Misaligned { name: &'static str, address: u64, required: usize },
+    Misaligned {
+        name: &'static str,
+        address: u64,
+        required: usize,
+    },
 
     /// A null device pointer for a buffer the call needs.
     #[error("{name} is a null pointer")]
@@ -104,7 +142,10 @@ pub enum Error {
 
     /// A CUDA driver call failed.
     #[error("CUDA error in {context}: {message}")]
-    Cuda { context: &'static str, message: String },
+    Cuda {
+        context: &'static str,
+        message: String,
+    },
 }
 
 /// `Result` with [`Error`].

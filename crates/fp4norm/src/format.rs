@@ -52,7 +52,9 @@ mod sealed {
 }
 
 /// An input element type: [`half::bf16`] or [`half::f16`]. Sealed.
-pub trait Element: Copy + Send + Sync + Default + PartialEq + std::fmt::Debug + sealed::Sealed + 'static {
+pub trait Element:
+    Copy + Send + Sync + Default + PartialEq + std::fmt::Debug + sealed::Sealed + 'static
+{
     /// The runtime tag of this type.
     const DTYPE: DType;
     /// Exact widening to f32.
@@ -114,7 +116,11 @@ pub(crate) fn f16_bits_to_f32(h: u16) -> f32 {
     let sign = (h & 0x8000) << 16;
     let em = (h & 0x7FFF) << 13;
     let scaled = f32::from_bits(em) * f32::from_bits((127 + 112) << 23);
-    let bits = if h & 0x7C00 == 0x7C00 { em | 0x7F80_0000 } else { scaled.to_bits() };
+    let bits = if h & 0x7C00 == 0x7C00 {
+        em | 0x7F80_0000
+    } else {
+        scaled.to_bits()
+    };
     f32::from_bits(bits | sign)
 }
 
@@ -189,9 +195,15 @@ pub struct Fp4Format {
 
 impl Fp4Format {
     /// NVFP4: 16-element blocks, E4M3 scales times a global scale.
-    pub const NVFP4: Fp4Format = Fp4Format { block: BlockSize::B16, scale: ScaleFormat::E4M3 };
+    pub const NVFP4: Fp4Format = Fp4Format {
+        block: BlockSize::B16,
+        scale: ScaleFormat::E4M3,
+    };
     /// MXFP4: 32-element blocks, UE8M0 power-of-two scales.
-    pub const MXFP4: Fp4Format = Fp4Format { block: BlockSize::B32, scale: ScaleFormat::UE8M0 };
+    pub const MXFP4: Fp4Format = Fp4Format {
+        block: BlockSize::B32,
+        scale: ScaleFormat::UE8M0,
+    };
 
     /// A format from its parts.
     pub fn new(block: BlockSize, scale: ScaleFormat) -> Self {
@@ -233,8 +245,13 @@ impl std::str::FromStr for Fp4Format {
             .strip_prefix('b')
             .and_then(|r| r.split_once('-'))
             .ok_or_else(|| Error::UnknownFormat(s.to_string()))?;
-        let block = b.parse::<usize>().map_err(|_| Error::UnknownFormat(s.to_string()))?;
-        Ok(Fp4Format { block: BlockSize::try_from(block)?, scale: f.parse()? })
+        let block = b
+            .parse::<usize>()
+            .map_err(|_| Error::UnknownFormat(s.to_string()))?;
+        Ok(Fp4Format {
+            block: BlockSize::try_from(block)?,
+            scale: f.parse()?,
+        })
     }
 }
 
@@ -249,18 +266,27 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { format: Fp4Format::NVFP4, eps: 1e-6 }
+        Options {
+            format: Fp4Format::NVFP4,
+            eps: 1e-6,
+        }
     }
 }
 
 impl Options {
     /// NVFP4 with eps 1e-6.
     pub fn nvfp4() -> Self {
-        Options { format: Fp4Format::NVFP4, ..Default::default() }
+        Options {
+            format: Fp4Format::NVFP4,
+            ..Default::default()
+        }
     }
     /// MXFP4 with eps 1e-6.
     pub fn mxfp4() -> Self {
-        Options { format: Fp4Format::MXFP4, ..Default::default() }
+        Options {
+            format: Fp4Format::MXFP4,
+            ..Default::default()
+        }
     }
     /// The same options with another eps.
     pub fn with_eps(self, eps: f32) -> Self {

@@ -128,7 +128,13 @@ mod tests {
 
     #[test]
     fn sizes_overflow_is_an_error() {
-        assert!(matches!(row_major_len(usize::MAX, 2), Err(Error::SizeOverflow)));
-        assert!(matches!(swizzled_len(usize::MAX / 2, 64), Err(Error::SizeOverflow)));
+        assert!(matches!(
+            row_major_len(usize::MAX, 2),
+            Err(Error::SizeOverflow)
+        ));
+        assert!(matches!(
+            swizzled_len(usize::MAX / 2, 64),
+            Err(Error::SizeOverflow)
+        ));
     }
 }

@@ -63,7 +63,7 @@ pub use cpu::{add_rmsnorm_fp4quant, rmsnorm_fp4quant};
 pub use dequant::{dequantize, ScaleIn};
 pub use error::{Error, Result};
 pub use format::{BlockSize, DType, Element, Fp4Format, Options, ScaleFormat};
+pub use half::{bf16, f16};
 pub use layout::ScaleLayout;
 pub use problem::Problem;
 pub use tensor::{Fp4Out, GlobalScale, MatMut, MatRef, ScaleOut};
-pub use half::{bf16, f16};

@@ -19,7 +19,13 @@ pub(crate) fn validate_host<T: Element>(
     p.has_y_out = out.y_out.is_some();
     let same_shape = |name, rows: usize, cols: usize| {
         if rows != m || cols != h {
-            Err(Error::ShapeMismatch { name, rows: m, cols: h, got_rows: rows, got_cols: cols })
+            Err(Error::ShapeMismatch {
+                name,
+                rows: m,
+                cols: h,
+                got_rows: rows,
+                got_cols: cols,
+            })
         } else {
             Ok(())
         }
@@ -28,12 +34,18 @@ pub(crate) fn validate_host<T: Element>(
         same_shape("residual", r.rows(), r.cols())?;
     }
     if w.len() != h {
-        return Err(Error::WeightLength { expected: h, got: w.len() });
+        return Err(Error::WeightLength {
+            expected: h,
+            got: w.len(),
+        });
     }
     let (rm, sw) = match &out.scales {
         crate::ScaleOut::RowMajor(r) => (Some(r.len()), None),
         crate::ScaleOut::Swizzled(s) => (None, Some(s.len())),
-        crate::ScaleOut::Both { row_major, swizzled } => (Some(row_major.len()), Some(swizzled.len())),
+        crate::ScaleOut::Both {
+            row_major,
+            swizzled,
+        } => (Some(row_major.len()), Some(swizzled.len())),
     };
     p.check_output_lens(out.y_fp4.len(), rm, sw)?;
     if let Some(y) = &out.y_out {
@@ -54,6 +66,11 @@ pub(crate) struct OutputsPlan<'a, T> {
 impl<'a, T> From<Fp4Out<'a, T>> for OutputsPlan<'a, T> {
     fn from(out: Fp4Out<'a, T>) -> Self {
         let (row_major, swizzled) = out.scales.split();
-        OutputsPlan { y_fp4: out.y_fp4, row_major, swizzled, y_out: out.y_out }
+        OutputsPlan {
+            y_fp4: out.y_fp4,
+            row_major,
+            swizzled,
+            y_out: out.y_out,
+        }
     }
 }

@@ -30,7 +30,13 @@ pub struct Problem {
 impl Problem {
     /// Checks the shape and options: `H` a positive multiple of the block, `eps` finite
     /// and non-negative, and every size representable in 64 bits.
-    pub fn new(m: usize, h: usize, dtype: DType, layout: ScaleLayout, opts: &Options) -> Result<Self, Error> {
+    pub fn new(
+        m: usize,
+        h: usize,
+        dtype: DType,
+        layout: ScaleLayout,
+        opts: &Options,
+    ) -> Result<Self, Error> {
         let block = opts.format.block_size();
         if h == 0 {
             return Err(Error::ZeroHidden { block });
@@ -60,12 +66,18 @@ impl Problem {
 
     /// The same problem without a residual (`rmsnorm_fp4quant`).
     pub fn without_residual(self) -> Self {
-        Problem { has_residual: false, ..self }
+        Problem {
+            has_residual: false,
+            ..self
+        }
     }
 
     /// The same problem with (or without) `y_out`.
     pub fn with_y_out(self, y_out: bool) -> Self {
-        Problem { has_y_out: y_out, ..self }
+        Problem {
+            has_y_out: y_out,
+            ..self
+        }
     }
 
     /// Elements per block.
@@ -112,7 +124,8 @@ impl Problem {
         let e = self.dtype.size() as u64;
         let mh = (self.m as u64) * (self.h as u64);
         let io = if self.has_residual { 3 } else { 1 };
-        let mut bytes = mh * io * e + self.h as u64 * e + mh / 2 + self.scale_bytes_written() as u64;
+        let mut bytes =
+            mh * io * e + self.h as u64 * e + mh / 2 + self.scale_bytes_written() as u64;
         if self.has_y_out {
             bytes += mh * e;
         }
@@ -120,16 +133,37 @@ impl Problem {
     }
 
     /// Checks one output buffer's length.
-    pub(crate) fn check_len(&self, name: &'static str, got: usize, expected: usize, what: &str) -> Result<(), Error> {
+    pub(crate) fn check_len(
+        &self,
+        name: &'static str,
+        got: usize,
+        expected: usize,
+        what: &str,
+    ) -> Result<(), Error> {
         if got != expected {
-            return Err(Error::OutputSize { name, expected, got, what: what.to_string() });
+            return Err(Error::OutputSize {
+                name,
+                expected,
+                got,
+                what: what.to_string(),
+            });
         }
         Ok(())
     }
 
     /// Checks the length of `y_fp4` and of the scale buffers the layout writes.
-    pub(crate) fn check_output_lens(&self, y_fp4: usize, row_major: Option<usize>, swizzled: Option<usize>) -> Result<(), Error> {
-        self.check_len("y_fp4", y_fp4, self.fp4_len(), &format!("M·H/2 for M = {}, H = {}", self.m, self.h))?;
+    pub(crate) fn check_output_lens(
+        &self,
+        y_fp4: usize,
+        row_major: Option<usize>,
+        swizzled: Option<usize>,
+    ) -> Result<(), Error> {
+        self.check_len(
+            "y_fp4",
+            y_fp4,
+            self.fp4_len(),
+            &format!("M·H/2 for M = {}, H = {}", self.m, self.h),
+        )?;
         if let Some(len) = row_major {
             self.check_len(
                 "block_scale (row-major)",
@@ -160,11 +194,24 @@ mod tests {
 
     #[test]
     fn bytes_moved_matches_spec_section_6() {
-        let p = Problem::new(1024, 4096, DType::BF16, ScaleLayout::RowMajor, &Options::nvfp4()).unwrap();
+        let p = Problem::new(
+            1024,
+            4096,
+            DType::BF16,
+            ScaleLayout::RowMajor,
+            &Options::nvfp4(),
+        )
+        .unwrap();
         let mh = 1024u64 * 4096;
         assert_eq!(p.bytes_moved(), mh * 6 + 4096 * 2 + mh / 2 + mh / 16);
-        let both = Problem { layout: ScaleLayout::Both, ..p };
+        let both = Problem {
+            layout: ScaleLayout::Both,
+            ..p
+        };
         assert_eq!(both.bytes_moved(), p.bytes_moved() + 1024 * 256);
-        assert_eq!(both.with_y_out(true).bytes_moved(), both.bytes_moved() + mh * 2);
+        assert_eq!(
+            both.with_y_out(true).bytes_moved(),
+            both.bytes_moved() + mh * 2
+        );
     }
 }

@@ -42,7 +42,12 @@ fn run<T: Element>(
     opts: &Options,
 ) -> Result<(), Error> {
     let p = validate_host(&x, residual.as_ref(), w, &out, &gs, opts)?;
-    let OutputsPlan { y_fp4, mut row_major, mut swizzled, mut y_out } = OutputsPlan::from(out);
+    let OutputsPlan {
+        y_fp4,
+        mut row_major,
+        mut swizzled,
+        mut y_out,
+    } = OutputsPlan::from(out);
     let (h, b, nb) = (p.h, p.block(), p.n_blocks());
     if let Some(s) = swizzled.as_deref_mut() {
         s.fill(0); // SPEC.md §3: every padding byte is 0.
@@ -63,7 +68,10 @@ fn run<T: Element>(
             None => hrow.copy_from_slice(xr),
         }
         // 2. ss = Σ f64(h_i)², each square exact.
-        let ss: f64 = hrow.iter().map(|v| (v.to_f32() as f64) * (v.to_f32() as f64)).sum();
+        let ss: f64 = hrow
+            .iter()
+            .map(|v| (v.to_f32() as f64) * (v.to_f32() as f64))
+            .sum();
         // 3. rstd = RN32(1 / sqrt(ss / H + eps)), every step in f64.
         let rstd = (1.0 / (ss / h as f64 + opts.eps as f64).sqrt()) as f32;
         // 4. y_i = RN32(RN32(h_i · rstd) · w_i).
@@ -79,7 +87,13 @@ fn run<T: Element>(
         for blk in 0..nb {
             let yb = &y[blk * b..(blk + 1) * b];
             // 5. amax = max |y_i|, NaN if any y_i is NaN.
-            let amax = yb.iter().fold(0f32, |m, v| if m.is_nan() || v.is_nan() { f32::NAN } else { m.max(v.abs()) });
+            let amax = yb.iter().fold(0f32, |m, v| {
+                if m.is_nan() || v.is_nan() {
+                    f32::NAN
+                } else {
+                    m.max(v.abs())
+                }
+            });
             // 6. the block's scale code and inverse scale.
             let (code, inv) = block_scale(p.format, amax, g);
             // 7. q_i = E2M1(RN32(y_i · inv)); 8. pack two per byte, low nibble first.

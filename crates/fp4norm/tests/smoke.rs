@@ -6,11 +6,23 @@ fn cpu_matches_reference_random() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     for &(m, h) in &[(1usize, 16usize), (7, 96), (130, 256), (257, 2048)] {
         for fmt in [Fp4Format::NVFP4, Fp4Format::MXFP4] {
-            for layout in [ScaleLayout::RowMajor, ScaleLayout::Swizzled, ScaleLayout::Both] {
-                if h % fmt.block_size() != 0 { continue; }
-                let x: Vec<bf16> = (0..m * h).map(|_| bf16::from_f32(rng.random_range(-4.0..4.0))).collect();
-                let r0: Vec<bf16> = (0..m * h).map(|_| bf16::from_f32(rng.random_range(-4.0..4.0))).collect();
-                let w: Vec<bf16> = (0..h).map(|_| bf16::from_f32(rng.random_range(0.5..1.5))).collect();
+            for layout in [
+                ScaleLayout::RowMajor,
+                ScaleLayout::Swizzled,
+                ScaleLayout::Both,
+            ] {
+                if h % fmt.block_size() != 0 {
+                    continue;
+                }
+                let x: Vec<bf16> = (0..m * h)
+                    .map(|_| bf16::from_f32(rng.random_range(-4.0..4.0)))
+                    .collect();
+                let r0: Vec<bf16> = (0..m * h)
+                    .map(|_| bf16::from_f32(rng.random_range(-4.0..4.0)))
+                    .collect();
+                let w: Vec<bf16> = (0..h)
+                    .map(|_| bf16::from_f32(rng.random_range(0.5..1.5)))
+                    .collect();
                 let opts = Options::default().with_format(fmt);
                 let p = Problem::new(m, h, DType::BF16, layout, &opts).unwrap();
                 let mut outs = vec![];
@@ -22,14 +34,37 @@ fn cpu_matches_reference_random() {
                     let scales = match layout {
                         ScaleLayout::RowMajor => ScaleOut::RowMajor(&mut rm[..]),
                         ScaleLayout::Swizzled => ScaleOut::Swizzled(&mut sw[..]),
-                        ScaleLayout::Both => ScaleOut::Both { row_major: &mut rm[..], swizzled: &mut sw[..] },
+                        ScaleLayout::Both => ScaleOut::Both {
+                            row_major: &mut rm[..],
+                            swizzled: &mut sw[..],
+                        },
                     };
-                    let out = Fp4Out { y_fp4: &mut q, scales, y_out: None };
+                    let out = Fp4Out {
+                        y_fp4: &mut q,
+                        scales,
+                        y_out: None,
+                    };
                     let gs = GlobalScale::Uniform(2.5);
                     if fast {
-                        cpu::add_rmsnorm_fp4quant(MatRef::new(&x, m, h).unwrap(), MatMut::new(&mut r, m, h).unwrap(), &w, out, gs, &opts).unwrap();
+                        cpu::add_rmsnorm_fp4quant(
+                            MatRef::new(&x, m, h).unwrap(),
+                            MatMut::new(&mut r, m, h).unwrap(),
+                            &w,
+                            out,
+                            gs,
+                            &opts,
+                        )
+                        .unwrap();
                     } else {
-                        reference::add_rmsnorm_fp4quant(MatRef::new(&x, m, h).unwrap(), MatMut::new(&mut r, m, h).unwrap(), &w, out, gs, &opts).unwrap();
+                        reference::add_rmsnorm_fp4quant(
+                            MatRef::new(&x, m, h).unwrap(),
+                            MatMut::new(&mut r, m, h).unwrap(),
+                            &w,
+                            out,
+                            gs,
+                            &opts,
+                        )
+                        .unwrap();
                     }
                     outs.push((r, q, rm, sw));
                 }

@@ -202,41 +202,80 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
+/// The disk-cache key of a specialisation: everything that determines the cubin (the
+/// kernel source enters as two independent 64-bit hashes, to keep cache files small).
+fn cache_key(cfg: &KernelConfig, arch: &str) -> Result<String, Error> {
+    let nvrtc_version = nvrtc::version()?;
+    let mut reversed = SOURCE.as_bytes().to_vec();
+    reversed.reverse();
+    Ok(format!(
+        "fp4norm {} nvrtc {:?} {arch} source {:016x}{:016x}\n{}",
+        env!("CARGO_PKG_VERSION"),
+        nvrtc_version,
+        fnv1a(SOURCE.as_bytes()),
+        fnv1a(&reversed),
+        cfg.defines()
+    ))
+}
+
+/// `<cache dir>/<arch>/<hash>.cubin`: one folder per target, so one can be shipped alone.
+fn cache_file(key: &str) -> Option<PathBuf> {
+    let arch = key.split_whitespace().nth(4).unwrap_or("any");
+    disk_cache_dir().map(|d| {
+        d.join(arch)
+            .join(format!("{:016x}.cubin", fnv1a(key.as_bytes())))
+    })
+}
+
+/// A cubin from the disk cache, if present and made for exactly this key.
+fn cache_load(key: &str) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(cache_file(key)?).ok()?;
+    // Layout: key length (u64 LE), key, cubin.
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
+    (bytes.len() > 8 + n && bytes.get(8..8 + n)? == key.as_bytes()).then(|| bytes[8 + n..].to_vec())
+}
+
+/// Stores a cubin in the disk cache. Best effort: a cache that cannot be written only
+/// costs a recompile.
+fn cache_store(key: &str, cubin: &[u8]) {
+    let Some(f) = cache_file(key) else { return };
+    let _ = (|| -> std::io::Result<()> {
+        std::fs::create_dir_all(f.parent().expect("has parent"))?;
+        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+        let mut data = (key.len() as u64).to_le_bytes().to_vec();
+        data.extend_from_slice(key.as_bytes());
+        data.extend_from_slice(cubin);
+        std::fs::write(&tmp, data)?;
+        std::fs::rename(&tmp, f)
+    })();
+}
+
 /// Compiles a specialisation for `arch`, through the disk cache.
 pub fn compile_cached(cfg: &KernelConfig, arch: &str) -> Result<Vec<u8>, Error> {
-    let source = cfg.source();
-    let nvrtc_version = nvrtc::version()?;
-    let key = format!(
-        "fp4norm {} nvrtc {:?} {arch}\n{source}",
-        env!("CARGO_PKG_VERSION"),
-        nvrtc_version
-    );
-    let file = disk_cache_dir().map(|d| d.join(format!("{:016x}.cubin", fnv1a(key.as_bytes()))));
-    if let Some(f) = &file {
-        if let Ok(bytes) = std::fs::read(f) {
-            // Layout: key length (u64 LE), key, cubin.
-            if bytes.len() > 8 {
-                let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
-                if bytes.len() > 8 + n && &bytes[8..8 + n] == key.as_bytes() {
-                    return Ok(bytes[8 + n..].to_vec());
-                }
-            }
-        }
+    let key = cache_key(cfg, arch)?;
+    if let Some(cubin) = cache_load(&key) {
+        return Ok(cubin);
     }
-    let compiled = nvrtc::compile(&source, arch, &cfg.describe())?;
-    if let Some(f) = &file {
-        // Best effort: a cache that cannot be written only costs a recompile.
-        let _ = (|| -> std::io::Result<()> {
-            std::fs::create_dir_all(f.parent().expect("has parent"))?;
-            let tmp = f.with_extension(format!("tmp{}", std::process::id()));
-            let mut data = (key.len() as u64).to_le_bytes().to_vec();
-            data.extend_from_slice(key.as_bytes());
-            data.extend_from_slice(&compiled.cubin);
-            std::fs::write(&tmp, data)?;
-            std::fs::rename(&tmp, f)
-        })();
-    }
+    let compiled = nvrtc::compile(&cfg.source(), arch, &cfg.describe())?;
+    cache_store(&key, &compiled.cubin);
     Ok(compiled.cubin)
+}
+
+/// Compiles a specialisation afresh (bypassing the cache, so that the ptxas report is
+/// current), stores it in the disk cache, and returns its resource usage. Needs NVRTC
+/// but no GPU: CI uses it to check every specialisation for spills and local memory.
+pub fn compile_and_report(cfg: &KernelConfig, arch: &str) -> Result<nvrtc::ResourceUsage, Error> {
+    let key = cache_key(cfg, arch)?;
+    let compiled = nvrtc::compile(&cfg.source(), arch, &cfg.describe())?;
+    cache_store(&key, &compiled.cubin);
+    nvrtc::resource_usage(&compiled.log, cfg.function_name()).ok_or_else(|| Error::Compile {
+        config: cfg.describe(),
+        log: format!(
+            "no resource report for {} in the ptxas log:\n{}",
+            cfg.function_name(),
+            compiled.log
+        ),
+    })
 }
 
 type Slot = Arc<OnceLock<Result<CudaFunction, String>>>;

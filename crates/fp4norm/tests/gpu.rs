@@ -1,0 +1,681 @@
+//! GPU backend against the CPU contract, byte for byte.
+//!
+//! Without a CUDA device every test prints `SKIPPED (no CUDA device)` and passes; set
+//! `FP4NORM_REQUIRE_GPU=1` (the device script does) to make a missing GPU a failure.
+//! `FP4NORM_GPU_SWEEP=small` shrinks the sweep (for compute-sanitizer runs).
+//! Fresh random data every run (the seed is printed, and `FP4NORM_SEED` replays it).
+#![cfg(feature = "cuda")]
+
+mod sweep;
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
+use fp4norm::cuda::{
+    DevFp4Out, DevGlobalScale, DevMat, DevMatMut, Gpu, RawCall, RawGlobalScale, RawMat,
+};
+use fp4norm::{
+    bf16, cpu, f16, reference, DType, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options,
+    ScaleLayout, ScaleOut,
+};
+use rand::{Rng, SeedableRng};
+use sweep::{Case, Fill};
+
+const POISON: u8 = 0xAA;
+
+fn gpu() -> Option<&'static Gpu> {
+    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let require = std::env::var_os("FP4NORM_REQUIRE_GPU").is_some_and(|v| v != "0");
+        if fp4norm::cuda::device_count() == 0 {
+            assert!(
+                !require,
+                "FP4NORM_REQUIRE_GPU is set but no CUDA device was found"
+            );
+            return None;
+        }
+        let g = Gpu::new(0).expect("opening CUDA device 0");
+        eprintln!(
+            "GPU: {} ({}, {} SMs, hw e2m1: {})",
+            g.name(),
+            g.arch(),
+            g.sm_count(),
+            g.hardware_e2m1()
+        );
+        Some(g)
+    })
+    .as_ref()
+}
+
+macro_rules! require_gpu {
+    () => {
+        match gpu() {
+            Some(g) => g,
+            None => {
+                skipped(module_path!());
+                return;
+            }
+        }
+    };
+}
+
+/// Says so on the real stderr (the test harness captures `eprintln!` of passing tests).
+fn skipped(what: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED (no CUDA device): {what}");
+}
+
+fn seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let s = std::env::var("FP4NORM_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(7)
+            });
+        eprintln!("FP4NORM_SEED={s}");
+        s
+    })
+}
+
+/// Host data and CPU results of one case.
+struct HostCase<T> {
+    x: Vec<T>,
+    r: Vec<T>,
+    w: Vec<T>,
+    gs: Vec<f32>,
+    // expected outputs (full buffers, including stride gaps)
+    r_out: Vec<T>,
+    q: Vec<u8>,
+    rm: Vec<u8>,
+    sw: Vec<u8>,
+    y: Vec<T>,
+}
+
+fn gen_values<T: Element>(
+    rng: &mut rand::rngs::StdRng,
+    n: usize,
+    fill: Fill,
+    scale: f32,
+) -> Vec<T> {
+    (0..n)
+        .map(|i| {
+            let v: f32 = match fill {
+                Fill::Normal => rng.random_range(-3.0f32..3.0) * scale,
+                Fill::Wide => {
+                    let e: i32 = rng.random_range(-30..30);
+                    rng.random_range(-1.0f32..1.0) * 2f32.powi(e)
+                }
+                Fill::Special => match rng.random_range(0..12) {
+                    0 => f32::NAN,
+                    1 => f32::INFINITY,
+                    2 => f32::NEG_INFINITY,
+                    3 => 0.0,
+                    4 => -0.0,
+                    5 => 1e-40,
+                    6 => 65504.0,
+                    _ => rng.random_range(-3.0f32..3.0),
+                },
+                Fill::Ties => {
+                    [0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -2.5, 6.0][i % 10] * scale
+                }
+            };
+            T::round_from_f32(v)
+        })
+        .collect()
+}
+
+fn host_case<T: Element>(c: &Case, rng: &mut rand::rngs::StdRng) -> HostCase<T> {
+    let (m, h) = (c.m, c.h);
+    let xs = c.x_stride();
+    let rs = c.r_stride();
+    let ys = c.y_stride();
+    let mut x: Vec<T> = gen_values(rng, m.saturating_sub(1) * xs + h, c.fill, 1.0);
+    let mut r: Vec<T> = gen_values(rng, m.saturating_sub(1) * rs + h, c.fill, 1.0);
+    if m == 0 {
+        x.clear();
+        r.clear();
+    }
+    // Rows with special content: a zero row, a NaN row, an Inf row (SPEC.md edge cases).
+    if c.special_rows && m >= 4 {
+        for i in 0..h {
+            x[i] = T::round_from_f32(0.0);
+            r[i] = T::round_from_f32(0.0);
+            x[xs + i] = T::round_from_f32(1.0);
+            x[2 * xs + i] = T::round_from_f32(-2.0);
+        }
+        x[xs + h / 3] = T::round_from_f32(f32::NAN);
+        x[2 * xs + h / 2] = T::round_from_f32(f32::INFINITY);
+        x[3 * xs] = T::round_from_f32(f32::NEG_INFINITY);
+    }
+    let w: Vec<T> = (0..h)
+        .map(|_| T::round_from_f32(rng.random_range(0.25f32..2.0)))
+        .collect();
+    let gs: Vec<f32> = if c.per_row_gs {
+        (0..m).map(|_| rng.random_range(0.5f32..3000.0)).collect()
+    } else {
+        vec![c.gs]
+    };
+    let p = c.problem(T::DTYPE);
+    let mut r_out = r.clone();
+    let mut q = vec![POISON; p.fp4_len()];
+    let mut rm = vec![
+        POISON;
+        if p.layout.has_row_major() {
+            p.row_major_scales_len()
+        } else {
+            0
+        }
+    ];
+    let mut sw = vec![
+        POISON;
+        if p.layout.has_swizzled() {
+            p.swizzled_scales_len()
+        } else {
+            0
+        }
+    ];
+    let mut y = vec![
+        T::from_bits(0xAAAA);
+        if c.y_out {
+            m.saturating_sub(1) * ys + h
+        } else {
+            0
+        }
+    ];
+    if m == 0 {
+        y.clear();
+    }
+    {
+        let scales = match p.layout {
+            ScaleLayout::RowMajor => ScaleOut::RowMajor(&mut rm[..]),
+            ScaleLayout::Swizzled => ScaleOut::Swizzled(&mut sw[..]),
+            ScaleLayout::Both => ScaleOut::Both {
+                row_major: &mut rm[..],
+                swizzled: &mut sw[..],
+            },
+        };
+        let y_out = c
+            .y_out
+            .then(|| MatMut::with_stride(&mut y, m, h, ys).unwrap());
+        let out = Fp4Out {
+            y_fp4: &mut q,
+            scales,
+            y_out,
+        };
+        let gsv = if c.per_row_gs {
+            GlobalScale::PerRow(&gs)
+        } else {
+            GlobalScale::Uniform(c.gs)
+        };
+        let opts = Options {
+            format: c.format,
+            eps: c.eps,
+        };
+        let xv = MatRef::with_stride(&x, m, h, xs).unwrap();
+        // Small cases through the scalar reference itself; large ones through the parallel
+        // CPU path, which the CPU suite proves byte-identical to it.
+        let small = m * h <= 1 << 20;
+        let res = if c.residual {
+            let rv = MatMut::with_stride(&mut r_out, m, h, rs).unwrap();
+            if small {
+                reference::add_rmsnorm_fp4quant(xv, rv, &w, out, gsv, &opts)
+            } else {
+                cpu::add_rmsnorm_fp4quant(xv, rv, &w, out, gsv, &opts)
+            }
+        } else if small {
+            reference::rmsnorm_fp4quant(xv, &w, out, gsv, &opts)
+        } else {
+            cpu::rmsnorm_fp4quant(xv, &w, out, gsv, &opts)
+        };
+        res.expect("CPU reference accepts the case");
+    }
+    HostCase {
+        x,
+        r,
+        w,
+        gs,
+        r_out,
+        q,
+        rm,
+        sw,
+        y,
+    }
+}
+
+fn upload<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    v: &[T],
+) -> CudaSlice<T> {
+    if v.is_empty() {
+        return stream.alloc_zeros::<T>(1).expect("alloc");
+    }
+    stream.clone_htod(v).expect("upload")
+}
+
+fn first_diff<T: PartialEq + std::fmt::Debug>(
+    name: &str,
+    got: &[T],
+    want: &[T],
+    row_len: usize,
+) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{name}: length {} vs {}", got.len(), want.len()));
+    }
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        let n = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        return Err(format!(
+            "{name}: {n} bytes differ; first at index {i} (row {}, col {}): gpu {:?} cpu {:?}",
+            i / row_len.max(1),
+            i % row_len.max(1),
+            got[i],
+            want[i]
+        ));
+    }
+    Ok(())
+}
+
+/// Runs one case on the GPU (through the safe cudarc API, or the raw API for the
+/// unaligned variant) and compares every output byte with the CPU.
+fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    stream: &Arc<CudaStream>,
+    c: &Case,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let hc = host_case::<T>(c, rng);
+    let p = c.problem(T::DTYPE);
+    let (m, h) = (c.m, c.h);
+    let off = c.misalign_elems;
+    // Misaligned views start `off` elements into their allocation.
+    let pad = |v: &[T]| -> Vec<T> {
+        let mut out = vec![T::from_bits(0x5555); off];
+        out.extend_from_slice(v);
+        out
+    };
+    let x_d = upload(stream, &pad(&hc.x));
+    let mut r_d = upload(stream, &pad(&hc.r));
+    let w_d = upload(stream, &hc.w);
+    let gs_d = upload(stream, &hc.gs);
+    let mut q_d = upload(stream, &vec![POISON; p.fp4_len() + off]);
+    let mut rm_d = upload(stream, &vec![POISON; hc.rm.len().max(1)]);
+    let mut sw_d = upload(stream, &vec![POISON; hc.sw.len().max(1)]);
+    let mut y_d = upload(stream, &pad(&vec![T::from_bits(0xAAAA); hc.y.len()]));
+    let opts = Options {
+        format: c.format,
+        eps: c.eps,
+    };
+    let result = if off == 0 {
+        let scales = match p.layout {
+            ScaleLayout::RowMajor => ScaleOut::RowMajor(rm_d.slice_mut(..hc.rm.len())),
+            ScaleLayout::Swizzled => ScaleOut::Swizzled(sw_d.slice_mut(..hc.sw.len())),
+            ScaleLayout::Both => ScaleOut::Both {
+                row_major: rm_d.slice_mut(..hc.rm.len()),
+                swizzled: sw_d.slice_mut(..hc.sw.len()),
+            },
+        };
+        let out = DevFp4Out {
+            y_fp4: q_d.slice_mut(..p.fp4_len()),
+            scales,
+            y_out: c
+                .y_out
+                .then(|| DevMatMut::with_stride(y_d.slice_mut(..hc.y.len()), m, h, c.y_stride())),
+        };
+        let gsv = if c.per_row_gs {
+            DevGlobalScale::PerRow(gs_d.slice(..))
+        } else if c.gs == 1.0 && c.gs_none {
+            DevGlobalScale::None
+        } else {
+            DevGlobalScale::Uniform(gs_d.slice(..1))
+        };
+        let xv = DevMat::with_stride(x_d.slice(..hc.x.len()), m, h, c.x_stride());
+        let w = w_d.slice(..h);
+        if c.residual {
+            let rv = DevMatMut::with_stride(r_d.slice_mut(..hc.r.len()), m, h, c.r_stride());
+            g.add_rmsnorm_fp4quant(stream, xv, rv, &w, out, gsv, &opts)
+        } else {
+            g.rmsnorm_fp4quant(stream, xv, &w, out, gsv, &opts)
+        }
+    } else {
+        // The raw entry point with element pointers `off` elements in: not 16-byte
+        // aligned, so the element-wise kernel runs.
+        let e = T::DTYPE.size() as u64;
+        let ptr = |s: &CudaSlice<T>| s.device_ptr(stream).0 + off as u64 * e;
+        let bptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
+        let call = RawCall {
+            dtype: T::DTYPE,
+            x: RawMat {
+                ptr: ptr(&x_d),
+                rows: m,
+                cols: h,
+                row_stride: c.x_stride(),
+                len: Some(hc.x.len()),
+            },
+            residual: c.residual.then(|| RawMat {
+                ptr: ptr(&r_d),
+                rows: m,
+                cols: h,
+                row_stride: c.r_stride(),
+                len: Some(hc.r.len()),
+            }),
+            weight: w_d.device_ptr(stream).0,
+            weight_len: Some(h),
+            y_fp4: bptr(&q_d) + off as u64,
+            y_fp4_len: Some(p.fp4_len()),
+            scales: match p.layout {
+                ScaleLayout::RowMajor => ScaleOut::RowMajor(bptr(&rm_d)),
+                ScaleLayout::Swizzled => ScaleOut::Swizzled(bptr(&sw_d)),
+                ScaleLayout::Both => ScaleOut::Both {
+                    row_major: bptr(&rm_d),
+                    swizzled: bptr(&sw_d),
+                },
+            },
+            scale_lens: (
+                p.layout.has_row_major().then_some(hc.rm.len()),
+                p.layout.has_swizzled().then_some(hc.sw.len()),
+            ),
+            y_out: c.y_out.then(|| RawMat {
+                ptr: ptr(&y_d),
+                rows: m,
+                cols: h,
+                row_stride: c.y_stride(),
+                len: Some(hc.y.len()),
+            }),
+            global_scale: if c.per_row_gs {
+                RawGlobalScale::PerRow(gs_d.device_ptr(stream).0)
+            } else {
+                RawGlobalScale::Uniform(gs_d.device_ptr(stream).0)
+            },
+            global_scale_len: Some(hc.gs.len()),
+            options: opts,
+        };
+        unsafe { g.launch_raw(stream.cu_stream(), &call) }
+    };
+    result.map_err(|e| format!("launch failed: {e}"))?;
+    stream
+        .synchronize()
+        .map_err(|e| format!("kernel failed: {e}"))?;
+    let got_q: Vec<u8> = stream.clone_dtoh(&q_d).unwrap();
+    let row_bytes = h / 2;
+    first_diff("y_fp4", &got_q[off..off + p.fp4_len()], &hc.q, row_bytes)?;
+    if p.layout.has_row_major() {
+        let got: Vec<u8> = stream.clone_dtoh(&rm_d).unwrap();
+        first_diff(
+            "row-major scales",
+            &got[..hc.rm.len()],
+            &hc.rm,
+            p.n_blocks(),
+        )?;
+    }
+    if p.layout.has_swizzled() {
+        let got: Vec<u8> = stream.clone_dtoh(&sw_d).unwrap();
+        first_diff("swizzled scales", &got[..hc.sw.len()], &hc.sw, 512)?;
+    }
+    let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
+    let got_r: Vec<T> = stream.clone_dtoh(&r_d).unwrap();
+    let want_r = if c.residual { &hc.r_out } else { &hc.r };
+    first_diff(
+        "residual",
+        &bits(&got_r[off..off + want_r.len()]),
+        &bits(want_r),
+        c.r_stride(),
+    )?;
+    if c.y_out {
+        let got: Vec<T> = stream.clone_dtoh(&y_d).unwrap();
+        first_diff(
+            "y_out",
+            &bits(&got[off..off + hc.y.len()]),
+            &bits(&hc.y),
+            c.y_stride(),
+        )?;
+    }
+    Ok(())
+}
+
+fn run_sweep(cases: &[Case]) {
+    let g = require_gpu!();
+    let stream = g.context().new_stream().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ cases.len() as u64);
+    let mut failures = Vec::new();
+    for c in cases {
+        let res = match c.dtype {
+            DType::BF16 => run_case::<bf16>(g, &stream, c, &mut rng),
+            DType::F16 => run_case::<f16>(g, &stream, c, &mut rng),
+        };
+        if let Err(e) = res {
+            eprintln!("FAIL {c:?}: {e}");
+            failures.push(format!("{c:?}: {e}"));
+        }
+    }
+    eprintln!("{} cases, {} failed", cases.len(), failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {} GPU cases differ from the CPU:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn gpu_sweep_bf16() {
+    run_sweep(&sweep::sweep(DType::BF16));
+}
+
+#[test]
+fn gpu_sweep_f16() {
+    run_sweep(&sweep::sweep(DType::F16));
+}
+
+#[test]
+fn gpu_edge_cases() {
+    run_sweep(&sweep::edge_cases());
+}
+
+/// Capture one call in a CUDA graph, change the global scale in device memory, replay:
+/// the replay must use the new scale (it is read by the kernel, not baked in).
+#[test]
+fn gpu_graph_capture_and_replay_with_new_global_scale() {
+    let g = require_gpu!();
+    let (m, h) = (300usize, 4096usize);
+    let opts = Options::nvfp4();
+    let p = fp4norm::Problem::new(m, h, DType::BF16, ScaleLayout::Both, &opts).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x9a);
+    let x: Vec<bf16> = gen_values(&mut rng, m * h, Fill::Normal, 1.0);
+    let r: Vec<bf16> = gen_values(&mut rng, m * h, Fill::Normal, 1.0);
+    let w: Vec<bf16> = gen_values(&mut rng, h, Fill::Normal, 1.0);
+    let stream = g.context().new_stream().unwrap();
+    let x_d = stream.clone_htod(&x).unwrap();
+    let mut r_d = stream.clone_htod(&r).unwrap();
+    let w_d = stream.clone_htod(&w).unwrap();
+    let mut gs_d = stream.clone_htod(&[1.0f32]).unwrap();
+    let q_d = stream.clone_htod(&vec![POISON; p.fp4_len()]).unwrap();
+    let rm_d = stream
+        .clone_htod(&vec![POISON; p.row_major_scales_len()])
+        .unwrap();
+    let sw_d = stream
+        .clone_htod(&vec![POISON; p.swizzled_scales_len()])
+        .unwrap();
+    let dp = |s: &CudaSlice<bf16>| s.device_ptr(&stream).0;
+    let bp = |s: &CudaSlice<u8>| s.device_ptr(&stream).0;
+    let call = RawCall {
+        dtype: DType::BF16,
+        x: RawMat {
+            ptr: dp(&x_d),
+            rows: m,
+            cols: h,
+            row_stride: h,
+            len: Some(m * h),
+        },
+        residual: Some(RawMat {
+            ptr: dp(&r_d),
+            rows: m,
+            cols: h,
+            row_stride: h,
+            len: Some(m * h),
+        }),
+        weight: dp(&w_d),
+        weight_len: Some(h),
+        y_fp4: bp(&q_d),
+        y_fp4_len: Some(p.fp4_len()),
+        scales: ScaleOut::Both {
+            row_major: bp(&rm_d),
+            swizzled: bp(&sw_d),
+        },
+        scale_lens: (
+            Some(p.row_major_scales_len()),
+            Some(p.swizzled_scales_len()),
+        ),
+        y_out: None,
+        global_scale: RawGlobalScale::Uniform(gs_d.device_ptr(&stream).0),
+        global_scale_len: Some(1),
+        options: opts,
+    };
+    stream.synchronize().unwrap();
+    g.prepare(&p, fp4norm::cuda::GsMode::Uniform, true).unwrap();
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    unsafe { g.launch_raw(stream.cu_stream(), &call) }.unwrap();
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph");
+    for gs in [1.0f32, 37.5, 2688.0] {
+        stream.memcpy_htod(&[gs], &mut gs_d).unwrap();
+        stream.memcpy_htod(&r, &mut r_d).unwrap();
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        let mut r_cpu = r.clone();
+        let mut q = vec![0u8; p.fp4_len()];
+        let mut rm = vec![0u8; p.row_major_scales_len()];
+        let mut sw = vec![0u8; p.swizzled_scales_len()];
+        cpu::add_rmsnorm_fp4quant(
+            MatRef::new(&x, m, h).unwrap(),
+            MatMut::new(&mut r_cpu, m, h).unwrap(),
+            &w,
+            Fp4Out {
+                y_fp4: &mut q,
+                scales: ScaleOut::Both {
+                    row_major: &mut rm,
+                    swizzled: &mut sw,
+                },
+                y_out: None,
+            },
+            GlobalScale::Uniform(gs),
+            &opts,
+        )
+        .unwrap();
+        let got_q: Vec<u8> = stream.clone_dtoh(&q_d).unwrap();
+        let got_rm: Vec<u8> = stream.clone_dtoh(&rm_d).unwrap();
+        let got_sw: Vec<u8> = stream.clone_dtoh(&sw_d).unwrap();
+        let got_r: Vec<bf16> = stream.clone_dtoh(&r_d).unwrap();
+        assert!(got_q == q, "graph replay with gs {gs}: y_fp4 differs");
+        assert!(
+            got_rm == rm && got_sw == sw,
+            "graph replay with gs {gs}: scales differ"
+        );
+        assert!(
+            got_r == r_cpu,
+            "graph replay with gs {gs}: residual differs"
+        );
+    }
+    eprintln!("graph replay: 3 global scales, bytes identical to the CPU");
+}
+
+/// Two streams running different configurations at the same time.
+#[test]
+fn gpu_two_streams_at_once() {
+    let g = require_gpu!();
+    let a = Case::new(
+        DType::BF16,
+        2048,
+        4096,
+        fp4norm::Fp4Format::NVFP4,
+        ScaleLayout::Swizzled,
+    );
+    let b = Case::new(
+        DType::BF16,
+        1000,
+        7168,
+        fp4norm::Fp4Format::MXFP4,
+        ScaleLayout::Both,
+    );
+    let s1 = g.context().new_stream().unwrap();
+    let s2 = g.context().new_stream().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x25);
+    let t1 = std::thread::scope(|sc| {
+        let h1 = sc.spawn(|| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x26);
+            (0..4)
+                .map(|_| run_case::<bf16>(g, &s1, &a, &mut rng))
+                .collect::<Result<Vec<_>, _>>()
+        });
+        let r2 = (0..4)
+            .map(|_| run_case::<bf16>(g, &s2, &b, &mut rng))
+            .collect::<Result<Vec<_>, _>>();
+        (h1.join().unwrap(), r2)
+    });
+    t1.0.expect("stream 1");
+    t1.1.expect("stream 2");
+}
+
+/// A second device, where present.
+#[test]
+fn gpu_second_device() {
+    let _ = require_gpu!();
+    if fp4norm::cuda::device_count() < 2 {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED (one CUDA device): gpu_second_device"
+        );
+        return;
+    }
+    let g1 = Gpu::new(1).unwrap();
+    let stream = g1.context().new_stream().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x2d);
+    let c = Case::new(
+        DType::BF16,
+        513,
+        5120,
+        fp4norm::Fp4Format::NVFP4,
+        ScaleLayout::Both,
+    );
+    run_case::<bf16>(&g1, &stream, &c, &mut rng).unwrap();
+    // Memory of device 1 handed to device 0 is refused before launch.
+    let g0 = gpu().unwrap();
+    let s0 = g0.context().new_stream().unwrap();
+    let x_d = stream.clone_htod(&vec![bf16::ONE; 64]).unwrap();
+    let ptr = x_d.device_ptr(&stream).0;
+    let call = RawCall {
+        dtype: DType::BF16,
+        x: RawMat {
+            ptr,
+            rows: 1,
+            cols: 64,
+            row_stride: 64,
+            len: None,
+        },
+        residual: None,
+        weight: ptr,
+        weight_len: None,
+        y_fp4: ptr + 1024,
+        y_fp4_len: None,
+        scales: ScaleOut::RowMajor(ptr + 2048),
+        scale_lens: (None, None),
+        y_out: None,
+        global_scale: RawGlobalScale::None,
+        global_scale_len: None,
+        options: Options::nvfp4(),
+    };
+    let err = unsafe { g0.launch_raw(s0.cu_stream(), &call) }.unwrap_err();
+    assert!(
+        matches!(err, fp4norm::Error::DeviceMismatch { .. }),
+        "{err}"
+    );
+}

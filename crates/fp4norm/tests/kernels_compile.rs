@@ -1,0 +1,85 @@
+//! CI's kernel check (no GPU needed): every kernel specialisation the GPU tests use
+//! compiles with NVRTC for sm_90 (software E2M1) and sm_100a (hardware E2M1) with zero
+//! spills and zero local memory. Compiled cubins land in the disk cache
+//! (`FP4NORM_CACHE_DIR`), which the device script carries to the GPU machine.
+//!
+//! Without NVRTC the test says SKIPPED; `FP4NORM_REQUIRE_NVRTC=1` (set by .ci/run) makes
+//! that a failure.
+#![cfg(feature = "cuda")]
+
+mod sweep;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+
+use fp4norm::cuda::{kernel, nvrtc, KernelConfig};
+use rayon::prelude::*;
+
+/// The SM count the launch shapes are planned for (the H200's).
+const PLAN_SMS: u32 = 132;
+
+fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
+    let set: BTreeSet<String> = BTreeSet::new();
+    let mut seen = set;
+    let mut out = Vec::new();
+    for c in sweep::all_cases() {
+        let cfg = KernelConfig::fused(
+            &c.problem(c.dtype),
+            c.gs_mode(),
+            c.aligned(),
+            hw_e2m1,
+            PLAN_SMS,
+        );
+        if seen.insert(cfg.describe()) {
+            out.push(cfg);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_sweep_kernel_compiles_without_spills() {
+    let require = std::env::var_os("FP4NORM_REQUIRE_NVRTC").is_some_and(|v| v != "0");
+    if let Err(e) = nvrtc::ensure_loaded() {
+        assert!(!require, "FP4NORM_REQUIRE_NVRTC is set: {e}");
+        let _ = writeln!(std::io::stderr().lock(), "SKIPPED (no NVRTC): {e}");
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut counts = Vec::new();
+    for (arch, hw) in [("sm_90", false), ("sm_100a", true)] {
+        let cfgs = configs(hw);
+        let started = std::time::Instant::now();
+        let results: Vec<(KernelConfig, Result<nvrtc::ResourceUsage, fp4norm::Error>)> = cfgs
+            .par_iter()
+            .map(|c| (*c, kernel::compile_and_report(c, arch)))
+            .collect();
+        let mut max_regs = 0;
+        for (cfg, r) in &results {
+            match r {
+                Ok(u) if u.spill_stores == 0 && u.spill_loads == 0 && u.stack_frame == 0 => {
+                    max_regs = max_regs.max(u.registers)
+                }
+                Ok(u) => failures.push(format!("{arch} {}: {u:?}", cfg.describe())),
+                Err(e) => failures.push(format!("{arch} {}: {e}", cfg.describe())),
+            }
+        }
+        counts.push(format!(
+            "{arch}: {} specialisations in {:.1}s, max {} registers",
+            results.len(),
+            started.elapsed().as_secs_f64(),
+            max_regs
+        ));
+    }
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "kernel compile check: {}",
+        counts.join("; ")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} kernel specialisations failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

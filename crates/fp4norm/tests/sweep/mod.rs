@@ -1,0 +1,241 @@
+//! The GPU test sweep, shared by the GPU tests (tests/gpu.rs) and the CI kernel compile
+//! check (tests/kernels_compile.rs), so that CI compiles exactly what the GPU runs.
+#![allow(dead_code)]
+
+use fp4norm::cuda::GsMode;
+use fp4norm::{DType, Fp4Format, Options, Problem, ScaleLayout};
+
+/// How input values are drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Uniform in ±3.
+    Normal,
+    /// Random magnitudes over 2^±30.
+    Wide,
+    /// NaN, ±Inf, ±0, subnormals, the dtype's max, mixed in.
+    Special,
+    /// Values that land on E2M1 ties.
+    Ties,
+}
+
+/// One GPU test case.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub dtype: DType,
+    pub m: usize,
+    pub h: usize,
+    pub format: Fp4Format,
+    pub layout: ScaleLayout,
+    pub residual: bool,
+    pub y_out: bool,
+    pub gs: f32,
+    /// Pass no global scale at all (the kernel uses 1.0).
+    pub gs_none: bool,
+    pub per_row_gs: bool,
+    pub eps: f32,
+    pub fill: Fill,
+    /// Rows 0..4 hold a zero row, a row with NaN, one with +Inf and one with -Inf.
+    pub special_rows: bool,
+    /// Extra elements between rows of x, residual and y_out (views into wider buffers).
+    pub x_pad: usize,
+    pub r_pad: usize,
+    pub y_pad: usize,
+    /// Start the element buffers this many elements into their allocation (not 16-byte
+    /// aligned: the element-wise kernel).
+    pub misalign_elems: usize,
+}
+
+impl Case {
+    pub fn new(dtype: DType, m: usize, h: usize, format: Fp4Format, layout: ScaleLayout) -> Self {
+        Case {
+            dtype,
+            m,
+            h,
+            format,
+            layout,
+            residual: true,
+            y_out: false,
+            gs: 1.0,
+            gs_none: false,
+            per_row_gs: false,
+            eps: 1e-6,
+            fill: Fill::Normal,
+            special_rows: false,
+            x_pad: 0,
+            r_pad: 0,
+            y_pad: 0,
+            misalign_elems: 0,
+        }
+    }
+    pub fn x_stride(&self) -> usize {
+        self.h + self.x_pad
+    }
+    pub fn r_stride(&self) -> usize {
+        self.h + self.r_pad
+    }
+    pub fn y_stride(&self) -> usize {
+        self.h + self.y_pad
+    }
+    pub fn problem(&self, dtype: DType) -> Problem {
+        let p = Problem::new(
+            self.m,
+            self.h,
+            dtype,
+            self.layout,
+            &Options {
+                format: self.format,
+                eps: self.eps,
+            },
+        )
+        .expect("valid case")
+        .with_y_out(self.y_out);
+        if self.residual {
+            p
+        } else {
+            p.without_residual()
+        }
+    }
+    pub fn gs_mode(&self) -> GsMode {
+        if self.per_row_gs {
+            GsMode::PerRow
+        } else if self.misalign_elems == 0 && self.gs_none && self.gs == 1.0 {
+            GsMode::None
+        } else {
+            GsMode::Uniform
+        }
+    }
+    /// Whether the 16-byte vector kernel runs (strides and pointers 16-byte aligned).
+    pub fn aligned(&self) -> bool {
+        self.misalign_elems == 0
+            && [self.x_stride(), self.r_stride(), self.y_stride()]
+                .iter()
+                .all(|s| s % 8 == 0)
+    }
+}
+
+fn small() -> bool {
+    std::env::var("FP4NORM_GPU_SWEEP").is_ok_and(|v| v == "small")
+}
+
+pub const FORMATS: [Fp4Format; 4] = [
+    Fp4Format::NVFP4,
+    Fp4Format::MXFP4,
+    Fp4Format {
+        block: fp4norm::BlockSize::B16,
+        scale: fp4norm::ScaleFormat::UE8M0,
+    },
+    Fp4Format {
+        block: fp4norm::BlockSize::B32,
+        scale: fp4norm::ScaleFormat::E4M3,
+    },
+];
+pub const LAYOUTS: [ScaleLayout; 3] = [
+    ScaleLayout::RowMajor,
+    ScaleLayout::Swizzled,
+    ScaleLayout::Both,
+];
+
+/// Both presets and the mixed pairings × all layouts × M in {0, 1, 7, 127, 128, 129,
+/// 1000, 16384} × H from 16 to 32768 (non-powers of two included), with residual,
+/// y_out, per-row scales, strides, eps and value distributions varied across cases.
+pub fn sweep(dtype: DType) -> Vec<Case> {
+    let ms: &[usize] = if small() {
+        &[0, 1, 7, 129]
+    } else {
+        &[0, 1, 7, 127, 128, 129, 1000, 16384]
+    };
+    let hs: &[usize] = if small() {
+        &[16, 32, 96, 2880, 4096]
+    } else {
+        &[
+            16, 32, 48, 64, 96, 160, 2048, 2880, 4096, 5120, 7168, 8192, 13824, 16384, 32768,
+        ]
+    };
+    let mut out = Vec::new();
+    let mut idx = 0usize;
+    for (fi, &format) in FORMATS.iter().enumerate() {
+        for (li, &layout) in LAYOUTS.iter().enumerate() {
+            for (mi, &m) in ms.iter().enumerate() {
+                for j in 0..2 {
+                    let mut h = hs[(fi * 5 + li * 3 + mi * 7 + j * 11) % hs.len()];
+                    if h % format.block_size() != 0 {
+                        h *= 2;
+                    }
+                    // Keep the CPU side of the biggest cases affordable.
+                    while m * h > (1 << 26) {
+                        h /= 2;
+                    }
+                    h = h.max(format.block_size());
+                    let mut c = Case::new(dtype, m, h, format, layout);
+                    c.residual = idx % 5 != 4;
+                    c.y_out = idx % 3 == 0;
+                    c.per_row_gs = idx % 4 == 1;
+                    c.gs = [1.0, 2688.0, 0.37, 1.0e4][idx % 4];
+                    c.gs_none = idx % 9 == 0;
+                    c.eps = if idx % 7 == 3 { 0.0 } else { 1e-6 };
+                    c.fill = [
+                        Fill::Normal,
+                        Fill::Normal,
+                        Fill::Wide,
+                        Fill::Special,
+                        Fill::Ties,
+                    ][idx % 5];
+                    c.special_rows = idx % 6 == 5;
+                    if idx % 8 == 2 {
+                        c.x_pad = 8;
+                        c.r_pad = 24;
+                        c.y_pad = 16;
+                    }
+                    if idx % 16 == 7 {
+                        // strides that break 16-byte alignment: the element-wise kernel
+                        c.x_pad = 3;
+                        c.r_pad = 1;
+                    }
+                    out.push(c);
+                    idx += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Specific edge cases: misaligned pointers, very long rows, zero/NaN/Inf rows, eps 0,
+/// swizzle padding in both directions.
+pub fn edge_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for dtype in [DType::BF16, DType::F16] {
+        for (i, &format) in FORMATS.iter().enumerate() {
+            for (m, h) in [(1usize, 64usize), (129, 2880), (5, 65536), (200, 96)] {
+                let h = if h % format.block_size() == 0 {
+                    h
+                } else {
+                    h * 2
+                };
+                let mut c = Case::new(dtype, m, h, format, LAYOUTS[i % 3]);
+                c.special_rows = m >= 4;
+                c.y_out = true;
+                out.push(c);
+                let mut c2 = c;
+                c2.misalign_elems = 1 + i;
+                c2.layout = ScaleLayout::Both;
+                out.push(c2);
+                let mut c3 = c;
+                c3.eps = 0.0;
+                c3.fill = Fill::Special;
+                c3.residual = false;
+                c3.per_row_gs = true;
+                out.push(c3);
+            }
+        }
+    }
+    out
+}
+
+/// Every case of every GPU test.
+pub fn all_cases() -> Vec<Case> {
+    let mut v = sweep(DType::BF16);
+    v.extend(sweep(DType::F16));
+    v.extend(edge_cases());
+    v
+}
