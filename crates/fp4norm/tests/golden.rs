@@ -1364,3 +1364,33 @@ fn dequantize_swizzled_golden() {
 fn row4(v: [f32; 3]) -> Vec<f32> {
     v.iter().flat_map(|&s| [s; 32]).collect()
 }
+
+// ---------------------------------------------------------------------------------------
+// Bytes moved (SPEC.md §6)
+// ---------------------------------------------------------------------------------------
+
+/// `bytes = M·H·3·e + H·e + M·H/2 + scale bytes (+ M·H·e for y_out)`, e = 2.
+/// M = 3, H = 64, NVFP4: 3·64·3·2 = 1152, 64·2 = 128, 3·64/2 = 96; row-major scales
+/// 3·64/16 = 12, swizzled 128·1·4 = 512; y_out 3·64·2 = 384.
+#[test]
+fn bytes_moved_spec_section_6() {
+    let o = Options::nvfp4();
+    for (layout, scales) in [
+        (ScaleLayout::RowMajor, 12u64),
+        (ScaleLayout::Swizzled, 512),
+        (ScaleLayout::Both, 524),
+    ] {
+        let p = Problem::new(3, 64, DType::BF16, layout, &o).unwrap();
+        assert_eq!(p.scale_bytes_written() as u64, scales);
+        assert_eq!(p.bytes_moved(), 1152 + 128 + 96 + scales, "{layout}");
+        assert_eq!(
+            p.with_y_out(true).bytes_moved(),
+            1152 + 128 + 96 + scales + 384,
+            "{layout} + y_out"
+        );
+    }
+    // MXFP4, M = 130, H = 96, f16: 130·96·6 = 74880, 96·2 = 192, 130·48 = 6240,
+    // row-major 130·3 = 390, swizzled 256·1·4 = 1024.
+    let p = Problem::new(130, 96, DType::F16, ScaleLayout::Both, &Options::mxfp4()).unwrap();
+    assert_eq!(p.bytes_moved(), 74880 + 192 + 6240 + 390 + 1024);
+}
