@@ -1,0 +1,316 @@
+//! The backends the CLI can run the op on, behind one small interface.
+//!
+//! A [`Backend`] is a device (the CPU today; a CUDA GPU later). It turns a host
+//! [`Case`] into a [`Prepared`] call — inputs loaded where the device reads them,
+//! outputs allocated — which can be run, timed with the device's own clock, and read back
+//! as [`Outputs`]. `bench` and `verify` only talk to these two traits.
+//!
+//! **Adding the CUDA backend:** write `backend/cuda.rs` (behind `#[cfg(feature = "cuda")]`)
+//! with a `CudaBackend: Backend` whose `prepare` uploads the case and whose
+//! `Prepared::time` uses CUDA events, and `copy_baseline` a device-to-device copy; then
+//! return it from [`open_cuda`]. Nothing else in the CLI needs to change.
+
+use std::time::Instant;
+
+use fp4norm::{bf16, f16, Element, Fp4Out, GlobalScale, MatMut, MatRef, ScaleOut};
+use half::slice::HalfBitsSliceExt;
+use rayon::prelude::*;
+
+use crate::case::{Case, Gs, Outputs};
+use crate::CliError;
+
+/// A device the op can run on.
+pub trait Backend {
+    /// Short name, as given to `--device` (`cpu`, `cuda`).
+    fn name(&self) -> &'static str;
+    /// One line about the device (model, threads, ...).
+    fn describe(&self) -> String;
+    /// How [`Prepared::time`] measures (e.g. "wall clock", "CUDA events").
+    fn clock(&self) -> &'static str;
+    /// Loads `case`'s inputs where the device reads them and allocates its outputs
+    /// (filled as [`Outputs::initial`] says). May fail for a case the device rejects.
+    fn prepare<'a>(&'a self, case: &'a Case) -> Result<Box<dyn Prepared + 'a>, CliError>;
+    /// Measures a plain copy of `bytes` bytes on this device (read + written counted),
+    /// the yardstick for the op's effective bandwidth.
+    fn copy_baseline(&self, bytes: usize, reps: usize) -> Result<CopyBaseline, CliError>;
+}
+
+/// One call, ready to run on a backend.
+pub trait Prepared {
+    /// Runs the op once. The residual is updated in place, so repeated runs drift;
+    /// [`Prepared::reset`] puts it back.
+    fn run_once(&mut self) -> Result<(), fp4norm::Error>;
+    /// Restores the residual to the case's values and the outputs to their initial bytes.
+    fn reset(&mut self) -> Result<(), CliError>;
+    /// Reads every output back to the host.
+    fn outputs(&self) -> Result<Outputs, CliError>;
+    /// Reads back the outputs of rows `start .. start + len` only (as [`Outputs::rows`]
+    /// lays them out): what a check of a large shape needs.
+    fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError>;
+    /// Runs `warmup` untimed calls, then `reps` timed ones; seconds per call.
+    /// The default times [`Prepared::run_once`] with the wall clock, which is right for
+    /// a synchronous backend; an asynchronous one (a GPU) overrides it.
+    fn time(&mut self, warmup: usize, reps: usize) -> Result<Vec<f64>, CliError> {
+        for _ in 0..warmup {
+            self.run_once()?;
+        }
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            self.run_once()?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        Ok(times)
+    }
+}
+
+/// A copy measured on a backend.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CopyBaseline {
+    /// Size of the source buffer.
+    pub buffer_bytes: usize,
+    /// Bytes counted per copy: read + written.
+    pub bytes_per_copy: usize,
+    /// Timed copies.
+    pub reps: usize,
+    /// Median seconds per copy.
+    pub median_s: f64,
+    /// `bytes_per_copy / median_s / 1e9`.
+    pub gb_per_s: f64,
+}
+
+/// Which device `--device` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Device {
+    /// CUDA if a CUDA backend is available, else the CPU.
+    Auto,
+    /// The CPU fast path (rayon threads).
+    Cpu,
+    /// An NVIDIA GPU.
+    Cuda,
+}
+
+/// Opens the backend for `device`.
+pub fn open(device: Device) -> Result<Box<dyn Backend>, CliError> {
+    match device {
+        Device::Cpu => Ok(Box::new(HostBackend::fast())),
+        Device::Cuda => open_cuda(),
+        Device::Auto => Ok(open_cuda().unwrap_or_else(|_| Box::new(HostBackend::fast()))),
+    }
+}
+
+/// Every backend that can run here (for `verify`).
+pub fn all_available() -> Vec<Box<dyn Backend>> {
+    let mut v: Vec<Box<dyn Backend>> = Vec::new();
+    if let Ok(cuda) = open_cuda() {
+        v.push(cuda);
+    }
+    v.push(Box::new(HostBackend::fast()));
+    v
+}
+
+/// The CUDA backend — the place where it plugs in. Not built yet.
+pub fn open_cuda() -> Result<Box<dyn Backend>, CliError> {
+    Err(CliError(format!(
+        "CUDA backend not built/available: {}. Use --device cpu.",
+        if cfg!(feature = "cuda") {
+            "this fp4norm CLI has no CUDA backend yet"
+        } else {
+            "this fp4norm CLI was built without the `cuda` feature"
+        }
+    )))
+}
+
+/// The host implementations: the fast CPU path (a user-visible backend) or the scalar
+/// reference (the oracle every backend is compared with).
+pub struct HostBackend {
+    reference: bool,
+}
+
+impl HostBackend {
+    /// `fp4norm::cpu`, the fast CPU path.
+    pub fn fast() -> Self {
+        HostBackend { reference: false }
+    }
+    /// `fp4norm::reference`, the executable spec.
+    pub fn reference() -> Self {
+        HostBackend { reference: true }
+    }
+}
+
+impl Backend for HostBackend {
+    fn name(&self) -> &'static str {
+        if self.reference {
+            "reference"
+        } else {
+            "cpu"
+        }
+    }
+
+    fn describe(&self) -> String {
+        if self.reference {
+            "fp4norm::reference (scalar, one thread)".into()
+        } else {
+            format!(
+                "fp4norm::cpu fast path, {} rayon threads",
+                rayon::current_num_threads()
+            )
+        }
+    }
+
+    fn clock(&self) -> &'static str {
+        "wall clock"
+    }
+
+    fn prepare<'a>(&'a self, case: &'a Case) -> Result<Box<dyn Prepared + 'a>, CliError> {
+        Ok(Box::new(HostPrepared {
+            case,
+            reference: self.reference,
+            out: Outputs::initial(case),
+        }))
+    }
+
+    fn copy_baseline(&self, bytes: usize, reps: usize) -> Result<CopyBaseline, CliError> {
+        const CHUNK: usize = 1 << 20;
+        let mut src = vec![0u8; bytes];
+        src.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(i, c)| c.fill(i as u8 | 1));
+        let mut dst = vec![0u8; bytes];
+        let copy = |dst: &mut [u8]| {
+            dst.par_chunks_mut(CHUNK)
+                .zip(src.par_chunks(CHUNK))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        };
+        copy(&mut dst); // fault the pages in
+        let mut times: Vec<f64> = (0..reps.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                copy(&mut dst);
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        if dst[bytes / 2] != src[bytes / 2] {
+            return Err(CliError("copy baseline: the copy did not copy".into()));
+        }
+        let median_s = median(&mut times);
+        Ok(CopyBaseline {
+            buffer_bytes: bytes,
+            bytes_per_copy: 2 * bytes,
+            reps: times.len(),
+            median_s,
+            gb_per_s: 2.0 * bytes as f64 / median_s / 1e9,
+        })
+    }
+}
+
+/// The median of `v` (sorted in place); 0 for an empty slice.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+struct HostPrepared<'a> {
+    case: &'a Case,
+    reference: bool,
+    out: Outputs,
+}
+
+impl Prepared for HostPrepared<'_> {
+    fn run_once(&mut self) -> Result<(), fp4norm::Error> {
+        let (c, o) = (self.case, &mut self.out);
+        macro_rules! go {
+            ($t:ty) => {
+                call::<$t>(
+                    self.reference,
+                    c,
+                    c.x.reinterpret_cast::<$t>(),
+                    c.w.reinterpret_cast::<$t>(),
+                    o.residual
+                        .as_deref_mut()
+                        .map(|r| r.reinterpret_cast_mut::<$t>()),
+                    &mut o.y_fp4,
+                    o.row_major.as_deref_mut(),
+                    o.swizzled.as_deref_mut(),
+                    o.y_out
+                        .as_deref_mut()
+                        .map(|y| y.reinterpret_cast_mut::<$t>()),
+                )
+            };
+        }
+        match c.dtype {
+            fp4norm::DType::BF16 => go!(bf16),
+            fp4norm::DType::F16 => go!(f16),
+        }
+    }
+
+    fn reset(&mut self) -> Result<(), CliError> {
+        self.out = Outputs::initial(self.case);
+        Ok(())
+    }
+
+    fn outputs(&self) -> Result<Outputs, CliError> {
+        Ok(self.out.clone())
+    }
+
+    fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError> {
+        Ok(self.out.rows(self.case, start, len))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn call<T: Element>(
+    reference: bool,
+    c: &Case,
+    x: &[T],
+    w: &[T],
+    residual: Option<&mut [T]>,
+    y_fp4: &mut [u8],
+    row_major: Option<&mut [u8]>,
+    swizzled: Option<&mut [u8]>,
+    y_out: Option<&mut [T]>,
+) -> Result<(), fp4norm::Error> {
+    let x = MatRef::with_stride(x, c.m, c.h, c.stride)?;
+    let scales = match (row_major, swizzled) {
+        (Some(row_major), Some(swizzled)) => ScaleOut::Both {
+            row_major,
+            swizzled,
+        },
+        (Some(r), None) => ScaleOut::RowMajor(r),
+        (None, Some(s)) => ScaleOut::Swizzled(s),
+        (None, None) => return Err(fp4norm::Error::Unsupported("no scale buffer".into())),
+    };
+    let y_out = match y_out {
+        Some(y) => Some(MatMut::with_stride(y, c.m, c.h, c.stride)?),
+        None => None,
+    };
+    let out = Fp4Out {
+        y_fp4,
+        scales,
+        y_out,
+    };
+    let gs = match &c.gs {
+        Gs::Uniform(g) => GlobalScale::Uniform(*g),
+        Gs::PerRow(v) => GlobalScale::PerRow(v),
+    };
+    match residual {
+        Some(r) => {
+            let r = MatMut::with_stride(r, c.m, c.h, c.stride)?;
+            if reference {
+                fp4norm::reference::add_rmsnorm_fp4quant(x, r, w, out, gs, &c.opts)
+            } else {
+                fp4norm::cpu::add_rmsnorm_fp4quant(x, r, w, out, gs, &c.opts)
+            }
+        }
+        None if reference => fp4norm::reference::rmsnorm_fp4quant(x, w, out, gs, &c.opts),
+        None => fp4norm::cpu::rmsnorm_fp4quant(x, w, out, gs, &c.opts),
+    }
+}

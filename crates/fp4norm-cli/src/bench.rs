@@ -1,0 +1,546 @@
+//! `fp4norm bench`: time the op over realistic shapes, report effective bandwidth
+//! against a memcpy measured in the same run, and check every result against the reference.
+
+use std::io::Write;
+use std::time::Instant;
+
+use fp4norm::{DType, Fp4Format, Options, ScaleLayout};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::backend::{self, median, Backend, CopyBaseline, Device, HostBackend, Prepared};
+use crate::case::{compare, Case, Gs};
+use crate::CliError;
+
+const DEFAULT_M: &[usize] = &[1, 16, 128, 1024, 4096, 16384];
+const DEFAULT_H: &[usize] = &[2048, 4096, 5120, 7168, 8192, 16384];
+const QUICK_M: &[usize] = &[1, 256];
+const QUICK_H: &[usize] = &[2048, 7168];
+/// Shapes up to this many elements are checked on every row; larger ones on three tiles.
+const FULL_CHECK_ELEMS: usize = 1 << 22;
+
+#[derive(clap::Args, Debug)]
+#[command(
+    long_about = "Time the fused residual add + RMSNorm + FP4 quantisation over a table of decode \
+and prefill shapes (M tokens x hidden size H) and formats, and report the effective bandwidth: \
+bytes moved per call (SPEC.md §6: x, residual read + written, weight, packed FP4, scales, y_out) \
+divided by the median time of the timed calls. A plain copy of a large buffer, measured on the \
+same device in the same run (bytes read + written), is the yardstick ('vs copy').\n\n\
+Each shape gets fresh random inputs (never zero). Before timing, every output of one call \
+(packed FP4, scales including swizzle padding, updated residual, y_out) is compared byte for \
+byte with fp4norm::reference on the same inputs; shapes above 4M elements are checked on three \
+128-row tiles. Any MISMATCH makes the exit status 1.\n\n\
+The default table (6 M x 6 H x nvfp4, mxfp4) takes about a minute on 2 cores; --quick runs \
+a few small shapes for CI. The table goes to stdout, progress (one line per shape) to stderr."
+)]
+pub struct BenchArgs {
+    /// Token counts M (rows), comma-separated [default: 1,16,128,1024,4096,16384]
+    #[arg(long, value_name = "M,..", value_delimiter = ',', num_args = 1..)]
+    m: Vec<usize>,
+    /// Hidden sizes H, comma-separated; each a multiple of the block size [default: 2048,4096,5120,7168,8192,16384]
+    #[arg(long, value_name = "H,..", value_delimiter = ',', num_args = 1..)]
+    h: Vec<usize>,
+    /// FP4 format: nvfp4, mxfp4 or a pairing b16-ue8m0 / b32-e4m3; repeatable [default: nvfp4,mxfp4]
+    #[arg(long = "format", value_name = "FORMAT", value_delimiter = ',', value_parser = parse_format)]
+    formats: Vec<Fp4Format>,
+    /// Element type of input, residual, weight and y_out: bf16 or f16; repeatable
+    #[arg(
+        long = "dtype",
+        value_name = "DTYPE",
+        value_delimiter = ',',
+        default_value = "bf16"
+    )]
+    dtypes: Vec<DType>,
+    /// Scale layout: row-major, swizzled (128x4, what Blackwell GEMMs read) or both; repeatable
+    #[arg(
+        long = "layout",
+        value_name = "LAYOUT",
+        value_delimiter = ',',
+        default_value = "swizzled"
+    )]
+    layouts: Vec<ScaleLayout>,
+    /// Also write y_out (the normalised values in the input dtype); adds M·H·2 bytes per call
+    #[arg(long)]
+    y_out: bool,
+    /// Benchmark rmsnorm_fp4quant (no residual add, no residual write-back)
+    #[arg(long)]
+    no_residual: bool,
+    /// Timed calls per row [default: as many as fit in about 0.15 s, at least 5 (3 for calls over 0.1 s)]
+    #[arg(long, value_name = "N")]
+    reps: Option<usize>,
+    /// Untimed calls before timing, besides the check's call and one sizing call [default: enough for about 20 ms]
+    #[arg(long, value_name = "N")]
+    warmup: Option<usize>,
+    /// Also write the results as JSON to PATH ('-' for stdout; the table then goes to stderr)
+    #[arg(long, value_name = "PATH")]
+    json: Option<String>,
+    /// Where to run: cpu, cuda, or auto (cuda if available, else cpu)
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    device: Device,
+    /// Check every result against fp4norm::reference (the default)
+    #[arg(long, overrides_with = "no_check")]
+    check: bool,
+    /// Skip the check against the reference
+    #[arg(long, overrides_with = "check")]
+    no_check: bool,
+    /// A few small shapes and short timings, for CI (M 1,256 x H 2048,7168; 64 MiB copy)
+    #[arg(long)]
+    quick: bool,
+    /// Seed of the random inputs
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Size of the memcpy baseline's buffer in MiB [default: 512, 64 with --quick]
+    #[arg(long, value_name = "MIB")]
+    copy_mib: Option<usize>,
+    /// RMSNorm epsilon (finite, >= 0)
+    #[arg(long, default_value_t = 1e-6, allow_negative_numbers = true)]
+    eps: f32,
+    /// Global scale (used by E4M3 scales)
+    #[arg(
+        long,
+        value_name = "GS",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    global_scale: f32,
+}
+
+#[derive(Serialize)]
+struct Row {
+    m: usize,
+    h: usize,
+    dtype: String,
+    format: String,
+    layout: String,
+    residual: bool,
+    y_out: bool,
+    bytes_moved: u64,
+    warmup: usize,
+    reps: usize,
+    median_us: f64,
+    min_us: f64,
+    max_us: f64,
+    gb_per_s: f64,
+    vs_copy: f64,
+    /// "ok", "MISMATCH" or "skipped".
+    check: String,
+    /// Rows compared with the reference (all M, or three 128-row tiles).
+    rows_checked: usize,
+    mismatch: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    tool: String,
+    device: String,
+    device_description: String,
+    clock: String,
+    copy: CopyBaseline,
+    eps: f32,
+    global_scale: f32,
+    seed: u64,
+    rows: Vec<Row>,
+    all_ok: bool,
+}
+
+pub fn run(a: BenchArgs) -> Result<bool, CliError> {
+    let ms = pick(&a.m, if a.quick { QUICK_M } else { DEFAULT_M });
+    let hs = pick(&a.h, if a.quick { QUICK_H } else { DEFAULT_H });
+    let formats = if a.formats.is_empty() {
+        vec![Fp4Format::NVFP4, Fp4Format::MXFP4]
+    } else {
+        a.formats.clone()
+    };
+    let do_check = a.check || !a.no_check; // the last of --check / --no-check wins
+    let target_s = if a.quick { 0.02 } else { 0.15 };
+    if let Some(&m) = ms.iter().find(|&&m| m == 0) {
+        return Err(CliError(format!(
+            "--m {m}: M must be at least 1 (M = 0 moves no bytes)"
+        )));
+    }
+    for &h in &hs {
+        for f in &formats {
+            if h == 0 || h % f.block_size() != 0 {
+                return Err(CliError(format!(
+                    "--h {h} does not fit format {f}: H must be a positive multiple of its block size {}",
+                    f.block_size()
+                )));
+            }
+        }
+    }
+    if a.reps == Some(0) {
+        return Err(CliError("--reps must be at least 1".into()));
+    }
+    let opts = Options::default().with_eps(a.eps);
+    // Validates eps (and the first shape) before any long work.
+    fp4norm::Problem::new(
+        ms[0],
+        hs[0],
+        a.dtypes[0],
+        a.layouts[0],
+        &opts.with_format(formats[0]),
+    )?;
+
+    let backend = backend::open(a.device)?;
+    let json_stdout = a.json.as_deref() == Some("-");
+    // Open the JSON file now, so that a bad path fails before a long run.
+    let mut json_file = match a.json.as_deref() {
+        Some(path) if path != "-" => Some(
+            std::fs::File::create(path)
+                .map_err(|e| CliError(format!("cannot write --json {path}: {e}")))?,
+        ),
+        _ => None,
+    };
+    let mut out: Box<dyn Write> = if json_stdout {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+
+    let copy_bytes = a.copy_mib.unwrap_or(if a.quick { 64 } else { 512 }) << 20;
+    if copy_bytes == 0 {
+        return Err(CliError("--copy-mib must be at least 1".into()));
+    }
+    eprintln!("measuring the copy baseline ({} MiB)...", copy_bytes >> 20);
+    let copy = backend.copy_baseline(copy_bytes, if a.quick { 5 } else { 10 })?;
+
+    writeln!(
+        out,
+        "fp4norm {} bench | device {}: {} | {}, median of timed calls after warm-up",
+        env!("CARGO_PKG_VERSION"),
+        backend.name(),
+        backend.describe(),
+        backend.clock()
+    )?;
+    writeln!(
+        out,
+        "copy baseline: {} MiB buffer, {} MiB read + written per copy, median of {}: {:.2} GB/s",
+        copy.buffer_bytes >> 20,
+        copy.bytes_per_copy >> 20,
+        copy.reps,
+        copy.gb_per_s
+    )?;
+    writeln!(
+        out,
+        "op: {} + RMSNorm + FP4 quantisation, eps {:e}, global scale {}, y_out {}; bytes per call as in SPEC.md §6",
+        if a.no_residual { "no residual" } else { "residual add (in place)" },
+        a.eps,
+        a.global_scale,
+        if a.y_out { "written" } else { "not written" }
+    )?;
+    writeln!(out)?;
+
+    let total_shapes = ms.len() * hs.len();
+    let mut rows = Vec::new();
+    let mut rng = StdRng::seed_from_u64(a.seed ^ 0xC0FFEE);
+    let start = Instant::now();
+    let mut shape_idx = 0;
+    for &m in &ms {
+        for &h in &hs {
+            shape_idx += 1;
+            let t_shape = Instant::now();
+            let mut progress = format!("[{shape_idx:>2}/{total_shapes}] M={m:<5} H={h:<5}");
+            for &dtype in &a.dtypes {
+                let seed = a
+                    .seed
+                    .wrapping_mul(0x9E37_79B9)
+                    .wrapping_add((m as u64) << 32 | h as u64)
+                    ^ dtype as u64;
+                let mut case = Case::random(m, h, dtype, a.layouts[0], opts, seed);
+                case.gs = Gs::Uniform(a.global_scale);
+                case.y_out = a.y_out;
+                if a.no_residual {
+                    case.residual = None;
+                }
+                for &layout in &a.layouts {
+                    for &format in &formats {
+                        case.layout = layout;
+                        case.opts = opts.with_format(format);
+                        let row =
+                            bench_one(&*backend, &case, &a, do_check, target_s, &copy, &mut rng)?;
+                        let mut label = format.to_string();
+                        if a.layouts.len() > 1 {
+                            label = format!("{label}/{layout}");
+                        }
+                        if a.dtypes.len() > 1 {
+                            label = format!("{label}/{dtype}");
+                        }
+                        progress.push_str(&format!(
+                            "  {label} {:.1} GB/s{}",
+                            row.gb_per_s,
+                            if do_check {
+                                format!(" {}", row.check)
+                            } else {
+                                String::new()
+                            }
+                        ));
+                        rows.push(row);
+                    }
+                }
+            }
+            eprintln!("{progress}  ({:.1} s)", t_shape.elapsed().as_secs_f64());
+        }
+    }
+    let all_ok = rows.iter().all(|r| r.check != "MISMATCH");
+
+    print_table(&mut out, &rows, do_check)?;
+    writeln!(out)?;
+    if do_check {
+        writeln!(
+            out,
+            "check: each row's outputs (packed FP4, scales incl. swizzle padding, residual, y_out) from one call \
+             compared byte for byte with fp4norm::reference on the same inputs; shapes above {}M elements on three \
+             128-row tiles (first, a random middle one, last).",
+            FULL_CHECK_ELEMS >> 20
+        )?;
+    }
+    writeln!(
+        out,
+        "GB/s = SPEC.md §6 bytes / median time; 'vs copy' = GB/s / copy baseline. Shapes that fit in the CPU \
+         caches stay there between calls, so they can beat a DRAM-sized copy."
+    )?;
+    for r in rows.iter().filter(|r| r.mismatch.is_some()) {
+        writeln!(
+            out,
+            "MISMATCH M={} H={} {} {} {}: {}",
+            r.m,
+            r.h,
+            r.format,
+            r.dtype,
+            r.layout,
+            r.mismatch.as_deref().unwrap_or_default()
+        )?;
+    }
+    writeln!(
+        out,
+        "{} rows in {:.1} s: {}",
+        rows.len(),
+        start.elapsed().as_secs_f64(),
+        if !do_check {
+            "not checked (--no-check)".to_string()
+        } else if all_ok {
+            "all match the reference".to_string()
+        } else {
+            format!(
+                "{} MISMATCH",
+                rows.iter().filter(|r| r.check == "MISMATCH").count()
+            )
+        }
+    )?;
+    out.flush()?;
+
+    if let Some(path) = &a.json {
+        let report = Report {
+            tool: format!("fp4norm {}", env!("CARGO_PKG_VERSION")),
+            device: backend.name().into(),
+            device_description: backend.describe(),
+            clock: backend.clock().into(),
+            copy,
+            eps: a.eps,
+            global_scale: a.global_scale,
+            seed: a.seed,
+            rows,
+            all_ok,
+        };
+        let text =
+            serde_json::to_string_pretty(&report).map_err(|e| CliError(format!("JSON: {e}")))?;
+        if let Some(f) = json_file.as_mut() {
+            writeln!(f, "{text}")
+                .map_err(|e| CliError(format!("cannot write --json {path}: {e}")))?;
+            eprintln!("wrote {path}");
+        } else if json_stdout {
+            println!("{text}");
+        }
+    }
+    Ok(all_ok)
+}
+
+/// `--format`: the library's names, with a message that lists every choice.
+pub fn parse_format(s: &str) -> Result<Fp4Format, String> {
+    s.parse::<Fp4Format>().map_err(|_| {
+        format!("unknown format {s:?}: use nvfp4, mxfp4, or a block/scale pairing b16-e4m3, b16-ue8m0, b32-e4m3, b32-ue8m0")
+    })
+}
+
+fn pick(given: &[usize], default: &[usize]) -> Vec<usize> {
+    if given.is_empty() {
+        default.to_vec()
+    } else {
+        given.to_vec()
+    }
+}
+
+fn bench_one(
+    backend: &dyn Backend,
+    case: &Case,
+    a: &BenchArgs,
+    do_check: bool,
+    target_s: f64,
+    copy: &CopyBaseline,
+    rng: &mut StdRng,
+) -> Result<Row, CliError> {
+    let p = case.problem()?;
+    let mut prep = backend.prepare(case)?;
+    let (check, rows_checked, mismatch) = if do_check {
+        prep.run_once()?;
+        match check_against_reference(case, &*prep, rng)? {
+            (rows, None) => ("ok".to_string(), rows, None),
+            (rows, Some(m)) => ("MISMATCH".to_string(), rows, Some(m)),
+        }
+    } else {
+        ("skipped".to_string(), 0, None)
+    };
+    // One call (the check's, or one more) warms up, one more sizes the run; both count
+    // as warm-up. Automatic: warm up for about 20 ms, time for about `target_s`, at least
+    // 5 calls (3 for calls over 0.1 s).
+    if !do_check {
+        prep.run_once()?;
+    }
+    let est = prep.time(0, 1)?[0].max(1e-7);
+    let mut warmup = 2;
+    let extra_warmup = match a.warmup {
+        Some(w) => w,
+        None => ((0.02 / est).ceil() as usize)
+            .clamp(1, 200)
+            .saturating_sub(warmup),
+    };
+    warmup += extra_warmup;
+    let min_reps = if est > 0.1 { 3 } else { 5 };
+    let reps = a
+        .reps
+        .unwrap_or(((target_s / est).ceil() as usize).clamp(min_reps, 2000));
+    let mut times = prep.time(extra_warmup, reps)?;
+    let med = median(&mut times);
+    let bytes = p.bytes_moved();
+    let gbps = bytes as f64 / med / 1e9;
+    Ok(Row {
+        m: case.m,
+        h: case.h,
+        dtype: case.dtype.to_string(),
+        format: case.opts.format.to_string(),
+        layout: case.layout.to_string(),
+        residual: case.residual.is_some(),
+        y_out: case.y_out,
+        bytes_moved: bytes,
+        warmup,
+        reps,
+        median_us: med * 1e6,
+        min_us: times[0] * 1e6,
+        max_us: times[times.len() - 1] * 1e6,
+        gb_per_s: gbps,
+        vs_copy: gbps / copy.gb_per_s,
+        check,
+        rows_checked,
+        mismatch,
+    })
+}
+
+/// Runs the reference on the same inputs (all rows, or three 128-row tiles of a large
+/// shape) and compares. Returns the rows checked and the first mismatch.
+fn check_against_reference(
+    case: &Case,
+    prep: &dyn Prepared,
+    rng: &mut StdRng,
+) -> Result<(usize, Option<String>), CliError> {
+    let m = case.m;
+    let ranges: Vec<(usize, usize)> = if m * case.h <= FULL_CHECK_ELEMS {
+        vec![(0, m)]
+    } else {
+        let tiles = m.div_ceil(128);
+        let mut t = vec![0, tiles - 1];
+        if tiles > 2 {
+            t.insert(1, rng.random_range(1..tiles - 1));
+        }
+        t.dedup();
+        t.into_iter()
+            .map(|t| (t * 128, 128.min(m - t * 128)))
+            .collect()
+    };
+    let reference = HostBackend::reference();
+    let mut rows = 0;
+    for (start, len) in ranges {
+        rows += len;
+        let sub = if (start, len) == (0, m) {
+            case.clone()
+        } else {
+            case.rows(start, len)
+        };
+        let mut p = reference.prepare(&sub)?;
+        if let Err(e) = p.run_once() {
+            return Ok((
+                rows,
+                Some(format!(
+                    "the reference rejects this case ({e}) but the backend ran it"
+                )),
+            ));
+        }
+        let expected = p.outputs()?;
+        let got_sub = if (start, len) == (0, m) {
+            prep.outputs()?
+        } else {
+            prep.outputs_rows(start, len)?
+        };
+        if let Some(mm) = compare(&sub, &expected, &got_sub) {
+            let at = if start == 0 {
+                String::new()
+            } else {
+                format!(" (rows counted from {start})")
+            };
+            return Ok((rows, Some(format!("{mm}{at}"))));
+        }
+    }
+    Ok((rows, None))
+}
+
+fn fmt_us(us: f64) -> String {
+    if us < 10.0 {
+        format!("{us:.2}")
+    } else if us < 1000.0 {
+        format!("{us:.1}")
+    } else {
+        format!("{us:.0}")
+    }
+}
+
+fn fmt_mb(bytes: u64) -> String {
+    let mb = bytes as f64 / 1e6;
+    if mb < 10.0 {
+        format!("{mb:.3}")
+    } else {
+        format!("{mb:.1}")
+    }
+}
+
+fn print_table(out: &mut dyn Write, rows: &[Row], do_check: bool) -> Result<(), CliError> {
+    writeln!(
+        out,
+        "{:>6} {:>6}  {:<9} {:<5} {:<9} {:>9} {:>5} {:>10} {:>7} {:>7}  check",
+        "M", "H", "format", "dtype", "layout", "MB/call", "reps", "median µs", "GB/s", "vs copy"
+    )?;
+    for r in rows {
+        let check = if !do_check {
+            "-".to_string()
+        } else if r.rows_checked == r.m {
+            r.check.clone()
+        } else {
+            format!("{} ({} of {} rows)", r.check, r.rows_checked, r.m)
+        };
+        writeln!(
+            out,
+            "{:>6} {:>6}  {:<9} {:<5} {:<9} {:>9} {:>5} {:>10} {:>7.2} {:>6.0}%  {}",
+            r.m,
+            r.h,
+            r.format,
+            r.dtype,
+            r.layout,
+            fmt_mb(r.bytes_moved),
+            r.reps,
+            fmt_us(r.median_us),
+            r.gb_per_s,
+            r.vs_copy * 100.0,
+            check
+        )?;
+    }
+    Ok(())
+}

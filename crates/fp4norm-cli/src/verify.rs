@@ -1,0 +1,1003 @@
+//! `fp4norm verify`: random and edge-case inputs through every backend, compared byte
+//! for byte with `fp4norm::reference`.
+//!
+//! Verdicts per (case, backend):
+//! * the reference accepts the case: the backend must produce identical bytes in every
+//!   output (packed FP4, scales with swizzle padding, residual with strided gaps, y_out);
+//!   a backend may refuse a case it does not implement (`Unsupported`, `Misaligned`:
+//!   SPEC.md allows refusing with a clear error) — counted as skipped;
+//! * the reference rejects the case: the backend must reject it too, having written nothing.
+
+// The case builders index x and the residual with the same element index.
+#![allow(clippy::needless_range_loop)]
+
+use std::time::Instant;
+
+use fp4norm::codec::e4m3_decode;
+use fp4norm::{DType, Fp4Format, Options, ScaleLayout};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::backend::{self, Backend, HostBackend};
+use crate::case::{compare, fill_random, to_bits, Case, Gs, Outputs};
+use crate::CliError;
+
+#[derive(clap::Args, Debug)]
+#[command(
+    long_about = "Run random and edge-case inputs through every backend present (today: the CPU \
+fast path) and compare every output byte for byte with fp4norm::reference, the executable form \
+of SPEC.md: packed FP4, block scales (swizzle padding must be 0), the updated residual (gaps of \
+strided rows must stay untouched) and y_out. Every output buffer starts filled with a canary, so \
+a byte a backend forgets to write is caught too.\n\n\
+Case groups: every format pairing x layout x dtype x residual x y_out; odd M (0, 1, 7, 127, 129, \
+...); NaN/Inf/zero rows and blocks; subnormals; exact ties of every rounding step; huge values \
+and overflow; eps from 0 to f32::MAX; per-row and extreme global scales; strided rows; narrow and \
+wide H; random mixtures (--cases of them); and bad inputs, which every backend must reject \
+without writing anything.\n\n\
+Prints one summary line per group and a final 'N passed, N failed' line; the exit status is 1 \
+if anything failed."
+)]
+pub struct VerifyArgs {
+    /// Seed of every random choice (the same seed gives the same cases)
+    #[arg(long, default_value_t = 2024)]
+    seed: u64,
+    /// Number of cases in the 'random' group (the other groups have a fixed size)
+    #[arg(long, default_value_t = 300, value_name = "N")]
+    cases: usize,
+    /// Only run the groups whose name contains this text
+    #[arg(long, value_name = "TEXT")]
+    group: Option<String>,
+    /// Print every case as it runs
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+const FORMATS: [Fp4Format; 4] = [
+    Fp4Format::NVFP4,
+    Fp4Format::MXFP4,
+    Fp4Format {
+        block: fp4norm::BlockSize::B16,
+        scale: fp4norm::ScaleFormat::UE8M0,
+    },
+    Fp4Format {
+        block: fp4norm::BlockSize::B32,
+        scale: fp4norm::ScaleFormat::E4M3,
+    },
+];
+const LAYOUTS: [ScaleLayout; 3] = [
+    ScaleLayout::RowMajor,
+    ScaleLayout::Swizzled,
+    ScaleLayout::Both,
+];
+const DTYPES: [DType; 2] = [DType::BF16, DType::F16];
+
+struct Group {
+    name: &'static str,
+    about: &'static str,
+    /// Every case must be rejected.
+    expect_error: bool,
+    make: fn(&mut StdRng, usize) -> Vec<Case>,
+}
+
+const GROUPS: &[Group] = &[
+    Group {
+        name: "formats-layouts",
+        about: "4 format pairings x 3 layouts x 2 dtypes x residual x y_out",
+        expect_error: false,
+        make: formats_layouts,
+    },
+    Group {
+        name: "odd-m",
+        about: "M = 0, 1, 7, 31..33, 127..129, 255..257, 300",
+        expect_error: false,
+        make: odd_m,
+    },
+    Group {
+        name: "special-values",
+        about: "NaN/Inf/zero rows and blocks, -0, NaN payloads",
+        expect_error: false,
+        make: special_values,
+    },
+    Group {
+        name: "subnormals",
+        about: "subnormal inputs, weights and scales; tiny eps",
+        expect_error: false,
+        make: subnormals,
+    },
+    Group {
+        name: "ties",
+        about: "exact ties in RNdt, E4M3, UE8M0 and E2M1 rounding",
+        expect_error: false,
+        make: ties,
+    },
+    Group {
+        name: "huge",
+        about: "values near dtype max, overflow to Inf, extreme global scales",
+        expect_error: false,
+        make: huge,
+    },
+    Group {
+        name: "eps",
+        about: "eps 0, f32 subnormal, 1e-6, 1, 1e30, f32::MAX",
+        expect_error: false,
+        make: eps,
+    },
+    Group {
+        name: "global-scale",
+        about: "per-row global scales incl. 0, -1, tiny, huge, Inf, NaN",
+        expect_error: false,
+        make: global_scale,
+    },
+    Group {
+        name: "strided",
+        about: "row strides > H for x, residual and y_out",
+        expect_error: false,
+        make: strided_rows,
+    },
+    Group {
+        name: "narrow-wide",
+        about: "H = one block .. 32768",
+        expect_error: false,
+        make: narrow_wide,
+    },
+    Group {
+        name: "random",
+        about: "random mixtures of all of the above (--cases)",
+        expect_error: false,
+        make: random_cases,
+    },
+    Group {
+        name: "bad-input",
+        about: "invalid calls: must be rejected, nothing written",
+        expect_error: true,
+        make: bad_input,
+    },
+];
+
+enum Verdict {
+    Pass,
+    Fail(String),
+    Skip(String),
+}
+
+pub fn run(a: VerifyArgs) -> Result<bool, CliError> {
+    let groups: Vec<(usize, &Group)> = GROUPS
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| a.group.as_deref().is_none_or(|f| g.name.contains(f)))
+        .collect();
+    if groups.is_empty() {
+        let all: Vec<&str> = GROUPS.iter().map(|g| g.name).collect();
+        return Err(CliError(format!(
+            "--group {:?} matches no group; groups: {}",
+            a.group.unwrap_or_default(),
+            all.join(", ")
+        )));
+    }
+    let backends = backend::all_available();
+    let names: Vec<String> = backends
+        .iter()
+        .map(|b| format!("{} ({})", b.name(), b.describe()))
+        .collect();
+    println!(
+        "fp4norm {} verify | backends: {} | oracle: fp4norm::reference | seed {}",
+        env!("CARGO_PKG_VERSION"),
+        names.join(", "),
+        a.seed
+    );
+    println!(
+        "{:<16} {:>6} {:>7} {:>7} {:>8} {:>7}  what",
+        "group", "cases", "passed", "failed", "skipped", "time"
+    );
+    let (mut passed, mut failed, mut skipped) = (0usize, 0usize, 0usize);
+    let start = Instant::now();
+    for (gi, g) in groups {
+        let t = Instant::now();
+        let mut rng = StdRng::seed_from_u64(a.seed ^ ((gi as u64 + 1) * 0x9E37_79B9_7F4A_7C15));
+        let cases = (g.make)(&mut rng, a.cases);
+        let (mut p, mut f, mut s) = (0, 0, 0);
+        for (ci, case) in cases.iter().enumerate() {
+            for b in &backends {
+                let verdict = check_case(case, g.expect_error, &**b);
+                let label = format!("{}#{ci} {}: {}", g.name, b.name(), case.describe());
+                match verdict {
+                    Verdict::Pass => {
+                        p += 1;
+                        if a.verbose {
+                            println!("  pass {label}");
+                        }
+                    }
+                    Verdict::Skip(why) => {
+                        s += 1;
+                        if a.verbose || s <= 3 {
+                            println!("  skip {label}: {why}");
+                        }
+                    }
+                    Verdict::Fail(why) => {
+                        f += 1;
+                        if a.verbose || f <= 5 {
+                            println!("  FAIL {label}: {why}");
+                        }
+                    }
+                }
+            }
+        }
+        println!(
+            "{:<16} {:>6} {:>7} {:>7} {:>8} {:>6.1}s  {}{}",
+            g.name,
+            cases.len(),
+            p,
+            f,
+            s,
+            t.elapsed().as_secs_f64(),
+            g.about,
+            if f > 0 { "  <-- FAILED" } else { "" }
+        );
+        passed += p;
+        failed += f;
+        skipped += s;
+    }
+    eprintln!("verify took {:.1} s", start.elapsed().as_secs_f64());
+    if skipped > 0 {
+        println!("{passed} passed, {failed} failed, {skipped} skipped");
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
+    Ok(failed == 0)
+}
+
+fn run_on(
+    b: &dyn Backend,
+    case: &Case,
+) -> (Result<(), String>, Option<fp4norm::Error>, Option<Outputs>) {
+    match b.prepare(case) {
+        Err(e) => (Err(e.to_string()), None, None),
+        Ok(mut p) => {
+            let r = p.run_once();
+            let out = p.outputs().ok();
+            match r {
+                Ok(()) => {
+                    // Once more from the same inputs: a backend must be deterministic
+                    // (a race in a kernel shows up here).
+                    let again = p
+                        .reset()
+                        .map_err(|e| e.to_string())
+                        .and_then(|()| p.run_once().map_err(|e| e.to_string()));
+                    match (again, p.outputs().ok()) {
+                        (Ok(()), Some(o2)) if Some(&o2) == out.as_ref() => (Ok(()), None, out),
+                        (Err(e), _) => (
+                            Err(format!("the second, identical call failed: {e}")),
+                            None,
+                            out,
+                        ),
+                        _ => (
+                            Err("a second, identical call gave different bytes".into()),
+                            None,
+                            out,
+                        ),
+                    }
+                }
+                Err(e) => (Err(e.to_string()), Some(e), out),
+            }
+        }
+    }
+}
+
+fn check_case(case: &Case, expect_error: bool, b: &dyn Backend) -> Verdict {
+    let reference = HostBackend::reference();
+    let (ref_res, _, ref_out) = run_on(&reference, case);
+    let (got_res, got_err, got_out) = run_on(b, case);
+    let initial = Outputs::initial(case);
+    let untouched = |out: &Option<Outputs>, who: &str| match out {
+        Some(o) => compare(case, &initial, o)
+            .map(|m| format!("{who} rejected the call but wrote to it: {m}")),
+        None => None,
+    };
+    match (ref_res, got_res) {
+        (Ok(()), _) if expect_error => {
+            Verdict::Fail("the reference accepted a call that must be rejected".into())
+        }
+        (Ok(()), Ok(())) => match (ref_out, got_out) {
+            (Some(e), Some(g)) => match compare(case, &e, &g) {
+                None => Verdict::Pass,
+                Some(m) => Verdict::Fail(m.to_string()),
+            },
+            _ => Verdict::Fail("could not read the outputs back".into()),
+        },
+        (Ok(()), Err(e)) => match got_err {
+            Some(fp4norm::Error::Unsupported(_) | fp4norm::Error::Misaligned { .. }) => {
+                Verdict::Skip(format!("{} refuses it: {e}", b.name()))
+            }
+            _ => Verdict::Fail(format!("{} rejected a valid call: {e}", b.name())),
+        },
+        (Err(e), Ok(())) => Verdict::Fail(format!(
+            "{} accepted a call the reference rejects ({e})",
+            b.name()
+        )),
+        (Err(_), Err(_)) => {
+            match untouched(&ref_out, "the reference").or_else(|| untouched(&got_out, b.name())) {
+                None => Verdict::Pass,
+                Some(why) => Verdict::Fail(why),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- case builders
+
+fn opts(f: Fp4Format) -> Options {
+    Options::default().with_format(f)
+}
+
+fn rand_case(
+    rng: &mut StdRng,
+    m: usize,
+    h: usize,
+    dtype: DType,
+    layout: ScaleLayout,
+    f: Fp4Format,
+) -> Case {
+    Case::random(m, h, dtype, layout, opts(f), rng.random())
+}
+
+fn pick<T: Copy>(rng: &mut StdRng, v: &[T]) -> T {
+    v[rng.random_range(0..v.len())]
+}
+
+/// Special bit patterns of a dtype.
+struct Sp {
+    inf: u16,
+    nan: u16,
+    max: u16,
+    max_sub: u16,
+}
+
+fn sp(d: DType) -> Sp {
+    match d {
+        DType::BF16 => Sp {
+            inf: 0x7F80,
+            nan: 0x7FC0,
+            max: 0x7F7F,
+            max_sub: 0x007F,
+        },
+        DType::F16 => Sp {
+            inf: 0x7C00,
+            nan: 0x7E00,
+            max: 0x7BFF,
+            max_sub: 0x03FF,
+        },
+    }
+}
+
+/// Re-lays `c`'s rows `stride` elements apart; gap elements get random values (in the
+/// residual they must survive the call untouched).
+fn with_stride(mut c: Case, stride: usize, rng: &mut StdRng) -> Case {
+    assert!(stride >= c.h);
+    let (m, h, old, dtype) = (c.m, c.h, c.stride, c.dtype);
+    let relay = |src: &[u16], rng: &mut StdRng| {
+        let mut dst = vec![0u16; m * stride];
+        fill_random(&mut dst, dtype, rng.random(), -2, 2);
+        for row in 0..m {
+            dst[row * stride..row * stride + h].copy_from_slice(&src[row * old..row * old + h]);
+        }
+        dst
+    };
+    c.x = relay(&c.x, rng);
+    if let Some(r) = c.residual.take() {
+        c.residual = Some(relay(&r, rng));
+    }
+    c.stride = stride;
+    c
+}
+
+fn per_row_gs(rng: &mut StdRng, m: usize) -> Gs {
+    Gs::PerRow(
+        (0..m)
+            .map(|_| 2f32.powf(rng.random_range(-8.0f32..8.0)))
+            .collect(),
+    )
+}
+
+fn formats_layouts(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let ms = [1, 7, 127, 129, 130, 257];
+    let mut v = Vec::new();
+    for f in FORMATS {
+        for layout in LAYOUTS {
+            for dtype in DTYPES {
+                for residual in [true, false] {
+                    for y_out in [false, true] {
+                        let m = ms[v.len() % ms.len()];
+                        let h = f.block_size() * rng.random_range(1..=40);
+                        let mut c = rand_case(rng, m, h, dtype, layout, f);
+                        c.y_out = y_out;
+                        if !residual {
+                            c.residual = None;
+                        }
+                        c.gs = match v.len() % 3 {
+                            0 => Gs::Uniform(1.0),
+                            1 => Gs::Uniform(rng.random_range(0.01f32..100.0)),
+                            _ => per_row_gs(rng, m),
+                        };
+                        v.push(c);
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+fn odd_m(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let mut v = Vec::new();
+    for m in [0, 1, 2, 7, 31, 32, 33, 127, 128, 129, 255, 256, 257, 300] {
+        for layout in LAYOUTS {
+            for f in [Fp4Format::NVFP4, Fp4Format::MXFP4] {
+                // 1, 5 and 8 blocks per row: a partial and whole 4-block swizzle column.
+                let nb = [1, 5, 8][v.len() % 3];
+                let dtype = DTYPES[v.len() % 2];
+                let mut c = rand_case(rng, m, nb * f.block_size(), dtype, layout, f);
+                c.y_out = v.len() % 4 == 0;
+                v.push(c);
+            }
+        }
+    }
+    v
+}
+
+fn special_values(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let (m, h) = (24, 256);
+    let mut v = Vec::new();
+    for f in FORMATS {
+        for layout in LAYOUTS {
+            for dtype in DTYPES {
+                for eps in [1e-6f32, 0.0] {
+                    let residual = v.len() % 2 == 0;
+                    let mut c = rand_case(rng, m, h, dtype, layout, f);
+                    c.opts = c.opts.with_eps(eps);
+                    c.y_out = v.len() % 3 == 0;
+                    let s = sp(dtype);
+                    let b = f.block_size();
+                    let r = c.residual.as_mut().expect("random cases have a residual");
+                    for row in 0..m {
+                        let at = row * h;
+                        let col = rng.random_range(0..h);
+                        let blk = rng.random_range(0..h / b) * b;
+                        match row % 14 {
+                            0 => {
+                                c.x[at..at + h].fill(0);
+                                r[at..at + h].fill(0);
+                            }
+                            1 => {
+                                for i in at..at + h {
+                                    r[i] = c.x[i] ^ 0x8000; // x + r = +0 exactly
+                                }
+                            }
+                            2 => c.x[at + col] = s.nan,
+                            3 => r[at + col] = s.inf,
+                            4 => c.x[at + col] = s.inf | 0x8000,
+                            5 => {
+                                c.x[at + col] = s.inf;
+                                r[at + col] = s.inf | 0x8000; // Inf - Inf = NaN
+                            }
+                            6 => {
+                                c.x[at + blk..at + blk + b].fill(0);
+                                r[at + blk..at + blk + b].fill(0);
+                            }
+                            7 => c.x[at + blk..at + blk + b].fill(s.nan | 0x8000),
+                            8 => {
+                                c.x[at..at + h].fill(0x8000); // -0
+                                r[at..at + h].fill(0x8000);
+                            }
+                            9 => {
+                                let k = c.x[at];
+                                c.x[at..at + h].fill(k);
+                                r[at..at + h].fill(0);
+                            }
+                            10 => {
+                                c.x[at..at + h].fill(0);
+                                r[at..at + h].fill(0);
+                                c.x[at + col] = to_bits(dtype, 3.0);
+                            }
+                            11 => c.x[at + col] = s.nan | 0x8001, // NaN with a payload
+                            12 => {
+                                c.x[at + col] = s.inf;
+                                c.x[at + (col + h / 2) % h] = s.nan;
+                            }
+                            _ => {}
+                        }
+                    }
+                    match v.len() % 3 {
+                        1 => {
+                            // Special weights: NaN, Inf, a zero block, negatives, -0.
+                            c.w[rng.random_range(0..h)] = s.nan;
+                            c.w[rng.random_range(0..h)] = s.inf;
+                            let blk = rng.random_range(0..h / b) * b;
+                            c.w[blk..blk + b].fill(0);
+                            for i in 0..8 {
+                                c.w[rng.random_range(0..h)] |= 0x8000;
+                                c.w[(i * 31) % h] = 0x8000;
+                            }
+                            c.note = "special weights".into();
+                        }
+                        2 => c.gs = per_row_gs(rng, m),
+                        _ => {}
+                    }
+                    if !residual {
+                        c.residual = None;
+                    }
+                    v.push(c);
+                }
+            }
+        }
+    }
+    v
+}
+
+fn subnormals(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let (m, h) = (33, 512);
+    let mut v = Vec::new();
+    for f in FORMATS {
+        for dtype in DTYPES {
+            for eps in [0.0f32, 1e-40, 1e-30, 1e-6] {
+                let layout = LAYOUTS[v.len() % 3];
+                let mut c = rand_case(rng, m, h, dtype, layout, f);
+                c.opts = c.opts.with_eps(eps);
+                let s = sp(dtype);
+                let r = c.residual.as_mut().expect("random cases have a residual");
+                for row in 0..m {
+                    let at = row * h;
+                    match row % 3 {
+                        // Every element subnormal.
+                        0 => {
+                            for i in at..at + h {
+                                c.x[i] = rng.random_range(1..=s.max_sub)
+                                    | (rng.random::<u16>() & 0x8000);
+                                r[i] = rng.random_range(0..=s.max_sub)
+                                    | (rng.random::<u16>() & 0x8000);
+                            }
+                        }
+                        // Subnormal with a few normal values.
+                        1 => {
+                            for i in at..at + h {
+                                c.x[i] = if rng.random_bool(0.05) {
+                                    c.x[i]
+                                } else {
+                                    rng.random_range(1..=s.max_sub)
+                                };
+                                r[i] = 0;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                // Weights 2^k per block, k down to -40: y, and with it the block scales,
+                // reach E4M3 subnormals, zero scales and f32 subnormals.
+                let b = f.block_size();
+                for blk in 0..h / b {
+                    let k = rng.random_range(-40..=3);
+                    for i in blk * b..(blk + 1) * b {
+                        c.w[i] = to_bits(dtype, rng.random_range(1.0f32..2.0) * 2f32.powi(k));
+                    }
+                }
+                c.y_out = v.len() % 2 == 0;
+                v.push(c);
+            }
+        }
+    }
+    v
+}
+
+/// Ties. Rows are ±c with c a power of two and eps 0, so rstd = 1/c and y = ±w exactly;
+/// the weights then put y on the rounding boundaries of the block scale and of E2M1.
+/// Some rows instead hit RNdt ties in x + r.
+fn ties(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let (m, h) = (16, 256);
+    let e2m1_ties = [
+        0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+    ];
+    let mut v = Vec::new();
+    for f in FORMATS {
+        for dtype in DTYPES {
+            for gs_kind in 0..3 {
+                let layout = LAYOUTS[v.len() % 3];
+                let residual = v.len() % 4 != 1;
+                let mut c = rand_case(rng, m, h, dtype, layout, f);
+                c.opts = c.opts.with_eps(0.0);
+                let precision = if dtype == DType::BF16 { 8 } else { 11 };
+                let r = c.residual.as_mut().expect("random cases have a residual");
+                for row in 0..m {
+                    let at = row * h;
+                    if row % 4 == 3 {
+                        // x + r exactly halfway between two dtype values.
+                        for i in at..at + h {
+                            let xv = crate::case::to_f32(dtype, c.x[i]);
+                            let e = xv.abs().log2().floor() as i32;
+                            let half_ulp = 2f32.powi(e - precision)
+                                * if rng.random_bool(0.5) { 1.0 } else { -1.0 };
+                            r[i] = to_bits(dtype, half_ulp * pick(rng, &[1.0, 3.0, 5.0]));
+                        }
+                        continue;
+                    }
+                    let cv = 2f32.powi(rng.random_range(-4..=4));
+                    // h = x + r = ±c exactly (without a residual, x = ±c).
+                    let a = if residual {
+                        pick(rng, &[0.25f32, 0.5, 0.75, 1.0])
+                    } else {
+                        1.0
+                    };
+                    for i in at..at + h {
+                        let sign = if rng.random_bool(0.5) { 1.0 } else { -1.0 };
+                        c.x[i] = to_bits(dtype, sign * cv * a);
+                        r[i] = to_bits(dtype, sign * cv * (1.0 - a));
+                    }
+                }
+                let b = f.block_size();
+                for blk in 0..h / b {
+                    let ws = &mut c.w[blk * b..(blk + 1) * b];
+                    let sgn = |rng: &mut StdRng| if rng.random_bool(0.5) { 1.0f32 } else { -1.0 };
+                    match rng.random_range(0..3) {
+                        // amax = 6·2^k: scale 2^k exactly, every y/scale an E2M1 value or tie.
+                        0 => {
+                            let k = 2f32.powi(rng.random_range(-3..=3));
+                            for w in ws.iter_mut() {
+                                *w = to_bits(dtype, sgn(rng) * pick(rng, &e2m1_ties) * k);
+                            }
+                            let at = rng.random_range(0..b);
+                            ws[at] = to_bits(dtype, sgn(rng) * 6.0 * k);
+                        }
+                        // amax / 6 exactly halfway between two E4M3 values.
+                        1 => {
+                            let code = rng.random_range(0u8..0x7E);
+                            let mid = 0.5 * (e4m3_decode(code) + e4m3_decode(code + 1));
+                            for w in ws.iter_mut() {
+                                *w = to_bits(dtype, sgn(rng) * rng.random_range(0.0f32..5.0) * mid);
+                            }
+                            ws[rng.random_range(0..b)] = to_bits(dtype, 6.0 * mid);
+                        }
+                        // amax / 6 a power of two or just above: UE8M0's round-up boundary.
+                        _ => {
+                            let k = 2f32.powi(rng.random_range(-6..=6));
+                            let up = if rng.random_bool(0.5) {
+                                1.0
+                            } else {
+                                1.0 + 2f32.powi(-7)
+                            };
+                            for w in ws.iter_mut() {
+                                *w = to_bits(dtype, sgn(rng) * pick(rng, &e2m1_ties) * k);
+                            }
+                            ws[rng.random_range(0..b)] = to_bits(dtype, 6.0 * k * up);
+                        }
+                    }
+                }
+                c.gs = match gs_kind {
+                    0 => Gs::Uniform(1.0),
+                    1 => Gs::Uniform(4.0),
+                    _ => Gs::PerRow(
+                        (0..m)
+                            .map(|_| 2f32.powi(rng.random_range(-3..=3)))
+                            .collect(),
+                    ),
+                };
+                if !residual {
+                    c.residual = None;
+                }
+                c.y_out = v.len() % 2 == 0;
+                v.push(c);
+            }
+        }
+    }
+    v
+}
+
+fn huge(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let (m, h) = (20, 128);
+    let mut v = Vec::new();
+    for f in FORMATS {
+        for dtype in DTYPES {
+            for gs in [1.0f32, 1e30, f32::MAX, 1e-30, 1e-45] {
+                let layout = LAYOUTS[v.len() % 3];
+                let mut c = rand_case(rng, m, h, dtype, layout, f);
+                let s = sp(dtype);
+                let r = c.residual.as_mut().expect("random cases have a residual");
+                for row in 0..m {
+                    let at = row * h;
+                    for i in at..at + h {
+                        let near_max =
+                            (s.max - rng.random_range(0..8)) | (rng.random::<u16>() & 0x8000);
+                        match row % 5 {
+                            0 => c.x[i] = near_max, // ss ≈ H·max²: rstd tiny (an f32 subnormal for bf16)
+                            1 => {
+                                c.x[i] = near_max;
+                                r[i] = near_max; // may overflow to ±Inf
+                            }
+                            2 => {
+                                c.x[i] = s.max;
+                                r[i] = s.max; // overflows: Inf row
+                            }
+                            3 if i == at => {
+                                c.x[at..at + h].fill(0);
+                                r[at..at + h].fill(0);
+                                c.x[at] = s.max;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                if v.len() % 2 == 0 {
+                    // Huge weights: y and y_out overflow the dtype.
+                    for w in c.w.iter_mut() {
+                        *w = s.max - rng.random_range(0..64);
+                    }
+                }
+                c.gs = Gs::Uniform(gs);
+                c.y_out = true;
+                v.push(c);
+            }
+        }
+    }
+    v
+}
+
+fn eps(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let (m, h) = (9, 160);
+    let mut v = Vec::new();
+    for f in [Fp4Format::NVFP4, Fp4Format::MXFP4] {
+        for dtype in DTYPES {
+            for e in [0.0f32, 1e-45, 1e-6, 1.0, 1e30, f32::MAX] {
+                let mut c = rand_case(rng, m, h, dtype, LAYOUTS[v.len() % 3], f);
+                c.opts = c.opts.with_eps(e);
+                let r = c.residual.as_mut().expect("random cases have a residual");
+                c.x[0..h].fill(0); // a zero row
+                r[0..h].fill(0);
+                for i in h..2 * h {
+                    c.x[i] = 1; // the smallest subnormal
+                    r[i] = 0;
+                }
+                c.y_out = true;
+                v.push(c);
+            }
+        }
+    }
+    v
+}
+
+fn global_scale(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let m = 37;
+    let specials = [
+        1.0f32,
+        0.0,
+        -0.0,
+        -1.0,
+        0.5,
+        1e-30,
+        1e-45,
+        1e30,
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        2688.0,
+        3.0,
+    ];
+    let mut v = Vec::new();
+    for f in FORMATS {
+        for dtype in DTYPES {
+            for kind in 0..5 {
+                let h = f.block_size() * 6;
+                let mut c = rand_case(rng, m, h, dtype, LAYOUTS[v.len() % 3], f);
+                c.gs = match kind {
+                    0 => Gs::PerRow((0..m).map(|i| specials[i % specials.len()]).collect()),
+                    1 => Gs::Uniform(0.0),
+                    2 => Gs::Uniform(f32::NAN),
+                    3 => Gs::Uniform(f32::INFINITY),
+                    _ => Gs::Uniform(rng.random_range(1e-3f32..1e3)),
+                };
+                c.y_out = v.len() % 2 == 0;
+                v.push(c);
+            }
+        }
+    }
+    v
+}
+
+fn strided_rows(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let mut v = Vec::new();
+    for pad in [1usize, 2, 7, 16, 64, 0] {
+        for m in [1usize, 2, 7, 129] {
+            let f = [Fp4Format::NVFP4, Fp4Format::MXFP4][v.len() % 2];
+            let dtype = DTYPES[(v.len() / 2) % 2];
+            let h = f.block_size() * rng.random_range(1..=12);
+            let c = rand_case(rng, m, h, dtype, LAYOUTS[v.len() % 3], f);
+            let pad = if pad == 0 { h } else { pad }; // 0 stands for stride 2H
+            let mut c = with_stride(c, h + pad, rng);
+            c.y_out = v.len() % 3 != 2;
+            if v.len() % 5 == 4 {
+                c.residual = None;
+            }
+            v.push(c);
+        }
+    }
+    v
+}
+
+fn narrow_wide(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let mut v = Vec::new();
+    for h in [16usize, 32, 48, 96, 16384, 32768] {
+        for f in FORMATS {
+            if h % f.block_size() != 0 {
+                continue;
+            }
+            for m in [1usize, 3, 130] {
+                if h * m > 1 << 20 {
+                    continue;
+                }
+                let dtype = DTYPES[v.len() % 2];
+                let mut c = rand_case(rng, m, h, dtype, LAYOUTS[v.len() % 3], f);
+                c.y_out = v.len() % 2 == 1;
+                v.push(c);
+            }
+        }
+    }
+    v
+}
+
+fn random_cases(rng: &mut StdRng, n: usize) -> Vec<Case> {
+    (0..n)
+        .map(|_| {
+            let f = pick(rng, &FORMATS);
+            let dtype = pick(rng, &DTYPES);
+            let layout = pick(rng, &LAYOUTS);
+            let m = match rng.random_range(0..10) {
+                0 => 0,
+                1..=3 => rng.random_range(1..8),
+                4..=7 => rng.random_range(1..200),
+                _ => rng.random_range(120..300),
+            };
+            let h = if rng.random_bool(0.1) {
+                f.block_size() * rng.random_range(64..=512)
+            } else {
+                f.block_size() * rng.random_range(1..=64)
+            };
+            let m = if m * h > 1 << 20 { 3 } else { m };
+            let mut c = Case::random(m, h, dtype, layout, opts(f), rng.random());
+            // Magnitudes: somewhere between subnormal and near the dtype's max.
+            let (lo, hi) = if dtype == DType::F16 {
+                (-20, 12)
+            } else {
+                (-60, 60)
+            };
+            let lo = rng.random_range(lo..=hi - 2);
+            let hi = rng.random_range(lo..=hi);
+            fill_random(&mut c.x, dtype, rng.random(), lo, hi);
+            if let Some(r) = c.residual.as_mut() {
+                fill_random(r, dtype, rng.random(), lo, hi);
+            }
+            let s = sp(dtype);
+            if rng.random_bool(0.3) && !c.x.is_empty() {
+                for _ in 0..rng.random_range(1..8) {
+                    let i = rng.random_range(0..c.x.len());
+                    c.x[i] = pick(
+                        rng,
+                        &[0, 0x8000, s.inf, s.inf | 0x8000, s.nan, s.max, 1, s.max_sub],
+                    );
+                }
+            }
+            let any_eps = rng.random_range(0.0f32..1.0);
+            c.opts = c.opts.with_eps(pick(rng, &[1e-6f32, 1e-5, 0.0, any_eps]));
+            c.gs = match rng.random_range(0..4) {
+                0 | 1 => Gs::Uniform(1.0),
+                2 => Gs::Uniform(2f32.powf(rng.random_range(-20.0f32..20.0))),
+                _ => per_row_gs(rng, m),
+            };
+            c.y_out = rng.random_bool(0.3);
+            if rng.random_bool(0.2) {
+                c.residual = None;
+            }
+            if rng.random_bool(0.15) {
+                let pad = rng.random_range(1..40);
+                c = with_stride(c, h + pad, rng);
+            }
+            c
+        })
+        .collect()
+}
+
+fn bad_input(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let mut v = Vec::new();
+    for dtype in DTYPES {
+        for layout in LAYOUTS {
+            let base =
+                |rng: &mut StdRng, f: Fp4Format, h: usize| rand_case(rng, 5, h, dtype, layout, f);
+            let mut c = base(rng, Fp4Format::NVFP4, 24);
+            c.note = "H not a multiple of 16".into();
+            v.push(c);
+            let mut c = base(rng, Fp4Format::MXFP4, 48);
+            c.note = "H not a multiple of 32".into();
+            v.push(c);
+            let mut c = base(rng, Fp4Format::NVFP4, 0);
+            c.note = "H = 0".into();
+            v.push(c);
+            for e in [-1e-6f32, f32::NAN, f32::INFINITY] {
+                let mut c = base(rng, Fp4Format::MXFP4, 64);
+                c.opts = c.opts.with_eps(e);
+                c.note = "invalid eps".into();
+                v.push(c);
+            }
+            for len in [4usize, 6] {
+                let mut c = base(rng, Fp4Format::NVFP4, 64);
+                c.gs = Gs::PerRow(vec![1.0; len]);
+                c.note = format!("{len} per-row global scales for 5 rows");
+                v.push(c);
+            }
+            for len in [63usize, 80] {
+                let mut c = base(rng, Fp4Format::NVFP4, 64);
+                c.w.resize(len, 0x3F80);
+                c.note = format!("weight of {len} for H = 64");
+                v.push(c);
+            }
+            let mut c = base(rng, Fp4Format::NVFP4, 64);
+            c.x.pop();
+            c.note = "input buffer one element short".into();
+            v.push(c);
+            let mut c = base(rng, Fp4Format::MXFP4, 64);
+            if let Some(r) = c.residual.as_mut() {
+                r.pop();
+            }
+            c.note = "residual buffer one element short".into();
+            v.push(c);
+            let mut c = base(rng, Fp4Format::NVFP4, 64);
+            c.stride = 48;
+            c.note = "row stride smaller than H".into();
+            v.push(c);
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Prepared;
+
+    /// The `ties` rows (all but every fourth) have rstd = 1/c exactly, so y = ±w: the
+    /// block scales and E2M1 codes then sit on the rounding boundaries by construction.
+    #[test]
+    fn ties_rows_give_y_equal_to_the_weights() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for mut c in ties(&mut rng, 0) {
+            c.y_out = true;
+            let reference = HostBackend::reference();
+            let mut p: Box<dyn Prepared + '_> = reference.prepare(&c).unwrap();
+            p.run_once().unwrap();
+            let y = p.outputs().unwrap().y_out.unwrap();
+            for row in (0..c.m).filter(|r| r % 4 != 3) {
+                for i in 0..c.h {
+                    assert_eq!(
+                        y[row * c.stride + i] & 0x7FFF,
+                        c.w[i] & 0x7FFF,
+                        "{} row {row} col {i}",
+                        c.describe()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_group_builds_and_the_reference_accepts_exactly_the_valid_cases() {
+        for (gi, g) in GROUPS.iter().enumerate() {
+            let mut rng = StdRng::seed_from_u64(gi as u64);
+            for c in (g.make)(&mut rng, 20) {
+                let reference = HostBackend::reference();
+                let mut p = reference.prepare(&c).unwrap();
+                assert_eq!(
+                    p.run_once().is_err(),
+                    g.expect_error,
+                    "{}: {}",
+                    g.name,
+                    c.describe()
+                );
+            }
+        }
+    }
+}
