@@ -858,7 +858,7 @@ fn special_weights_both_dtypes() {
 /// y_out = [Inf 0x7F80, NaN 0x7FFF × 15].
 #[test]
 fn rstd_overflows_to_inf() {
-    let mut xb = vec![0u16; 16];
+    let mut xb = [0u16; 16];
     xb[0] = 0x0001;
     let x: Vec<bf16> = xb.iter().map(|&b| bf16::from_bits(b)).collect();
     let w = vals::<bf16>(&[1.0; 16]);

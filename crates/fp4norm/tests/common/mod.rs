@@ -141,7 +141,7 @@ pub fn ue8m0_oracle(v: f32) -> u8 {
     if v.is_nan() {
         return 255;
     }
-    if v == 0.0 || v < 0.0 {
+    if v <= 0.0 {
         return 0;
     }
     if v.is_infinite() {
