@@ -326,7 +326,7 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
                 .then(|| DevMatMut::with_stride(y_d.slice_mut(..hc.y.len()), m, h, c.y_stride())),
         };
         let gsv = if c.per_row_gs {
-            DevGlobalScale::PerRow(gs_d.slice(..))
+            DevGlobalScale::PerRow(gs_d.slice(..hc.gs.len()))
         } else if c.gs == 1.0 && c.gs_none {
             DevGlobalScale::None
         } else {

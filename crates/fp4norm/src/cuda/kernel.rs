@@ -219,8 +219,7 @@ fn cache_key(cfg: &KernelConfig, arch: &str) -> Result<String, Error> {
 }
 
 /// `<cache dir>/<arch>/<hash>.cubin`: one folder per target, so one can be shipped alone.
-fn cache_file(key: &str) -> Option<PathBuf> {
-    let arch = key.split_whitespace().nth(4).unwrap_or("any");
+fn cache_file(arch: &str, key: &str) -> Option<PathBuf> {
     disk_cache_dir().map(|d| {
         d.join(arch)
             .join(format!("{:016x}.cubin", fnv1a(key.as_bytes())))
@@ -228,8 +227,8 @@ fn cache_file(key: &str) -> Option<PathBuf> {
 }
 
 /// A cubin from the disk cache, if present and made for exactly this key.
-fn cache_load(key: &str) -> Option<Vec<u8>> {
-    let bytes = std::fs::read(cache_file(key)?).ok()?;
+fn cache_load(arch: &str, key: &str) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(cache_file(arch, key)?).ok()?;
     // Layout: key length (u64 LE), key, cubin.
     let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
     (bytes.len() > 8 + n && bytes.get(8..8 + n)? == key.as_bytes()).then(|| bytes[8 + n..].to_vec())
@@ -237,8 +236,8 @@ fn cache_load(key: &str) -> Option<Vec<u8>> {
 
 /// Stores a cubin in the disk cache. Best effort: a cache that cannot be written only
 /// costs a recompile.
-fn cache_store(key: &str, cubin: &[u8]) {
-    let Some(f) = cache_file(key) else { return };
+fn cache_store(arch: &str, key: &str, cubin: &[u8]) {
+    let Some(f) = cache_file(arch, key) else { return };
     let _ = (|| -> std::io::Result<()> {
         std::fs::create_dir_all(f.parent().expect("has parent"))?;
         let tmp = f.with_extension(format!("tmp{}", std::process::id()));
@@ -253,11 +252,11 @@ fn cache_store(key: &str, cubin: &[u8]) {
 /// Compiles a specialisation for `arch`, through the disk cache.
 pub fn compile_cached(cfg: &KernelConfig, arch: &str) -> Result<Vec<u8>, Error> {
     let key = cache_key(cfg, arch)?;
-    if let Some(cubin) = cache_load(&key) {
+    if let Some(cubin) = cache_load(arch, &key) {
         return Ok(cubin);
     }
     let compiled = nvrtc::compile(&cfg.source(), arch, &cfg.describe())?;
-    cache_store(&key, &compiled.cubin);
+    cache_store(arch, &key, &compiled.cubin);
     Ok(compiled.cubin)
 }
 
@@ -267,7 +266,7 @@ pub fn compile_cached(cfg: &KernelConfig, arch: &str) -> Result<Vec<u8>, Error> 
 pub fn compile_and_report(cfg: &KernelConfig, arch: &str) -> Result<nvrtc::ResourceUsage, Error> {
     let key = cache_key(cfg, arch)?;
     let compiled = nvrtc::compile(&cfg.source(), arch, &cfg.describe())?;
-    cache_store(&key, &compiled.cubin);
+    cache_store(arch, &key, &compiled.cubin);
     nvrtc::resource_usage(&compiled.log, cfg.function_name()).ok_or_else(|| Error::Compile {
         config: cfg.describe(),
         log: format!(

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine over a working tree carrying .artifacts/ (see gpu-build.sh).
+# Usage: bash scripts/gpu-check.sh [tests] [sanitize] [bench] [peers] [all]
+# Logs go to $OUT (the device tool brings them back); a short summary prints last.
+set -u
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/fp4norm-out}
+mkdir -p "$out"
+export FP4NORM_REQUIRE_GPU=1
+export FP4NORM_CACHE_DIR=$PWD/.artifacts/kcache
+export PYTHONUNBUFFERED=1
+bin=.artifacts/bin
+modes=${*:-all}
+has() { [[ " $modes " == *" $1 "* || " $modes " == *" all "* ]]; }
+summary=()
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+
+if has tests; then
+  echo "== GPU tests (byte-exact against the CPU reference)"
+  start=$(date +%s)
+  "$bin/gpu" --test-threads=3 --nocapture 2>&1 | tee "$out/gpu-tests.log" | grep -E "^(FAIL|GPU:|FP4NORM_SEED|test |graph|[0-9]+ cases)|test result|panicked" | head -80
+  summary+=("tests: $(grep 'test result' "$out/gpu-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
+fi
+
+if has sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    echo "== compute-sanitizer $tool (small sweep)"
+    FP4NORM_GPU_SWEEP=small compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu" --test-threads=1 gpu_sweep_bf16 gpu_edge_cases gpu_graph > "$out/sanitize-$tool.log" 2>&1
+    rc=$?
+    tail -3 "$out/sanitize-$tool.log"
+    summary+=("sanitizer $tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)")
+  done
+fi
+
+if has bench; then
+  echo "== fp4norm bench --device cuda"
+  "$bin/fp4norm" bench --device cuda ${BENCH_ARGS:-} --json "$out/bench.json" 2>&1 | tee "$out/bench.log" | tail -60
+  summary+=("bench: see bench.log")
+fi
+
+if has peers; then
+  echo "== Triton / torch.compile peers"
+  python3 .artifacts/peers/triton_peer.py ${PEER_SHAPES:-} 2>&1 | grep -v agreement | tee "$out/peers.log" | tail -40
+fi
+
+echo
+echo "== summary"
+for s in "${summary[@]}"; do echo "$s"; done
