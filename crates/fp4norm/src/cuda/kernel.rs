@@ -21,6 +21,8 @@ pub enum KernelKind {
     Fused = 0,
     /// `fp4norm_dequant`: SPEC.md §4.
     Dequant = 1,
+    /// `fp4norm_copy`: a 16-byte SM copy, the benchmarks' bandwidth yardstick.
+    Copy = 2,
 }
 
 /// How the global scale reaches the kernel.
@@ -99,6 +101,7 @@ impl KernelConfig {
         match self.kind {
             KernelKind::Fused => "fp4norm_fused",
             KernelKind::Dequant => "fp4norm_dequant",
+            KernelKind::Copy => "fp4norm_copy",
         }
     }
 
@@ -107,6 +110,7 @@ impl KernelConfig {
         match self.kind {
             KernelKind::Fused => self.threads_per_row * self.rows_per_cta,
             KernelKind::Dequant => 256,
+            KernelKind::Copy => 512,
         }
     }
 
@@ -237,7 +241,9 @@ fn cache_load(arch: &str, key: &str) -> Option<Vec<u8>> {
 /// Stores a cubin in the disk cache. Best effort: a cache that cannot be written only
 /// costs a recompile.
 fn cache_store(arch: &str, key: &str, cubin: &[u8]) {
-    let Some(f) = cache_file(arch, key) else { return };
+    let Some(f) = cache_file(arch, key) else {
+        return;
+    };
     let _ = (|| -> std::io::Result<()> {
         std::fs::create_dir_all(f.parent().expect("has parent"))?;
         let tmp = f.with_extension(format!("tmp{}", std::process::id()));

@@ -69,6 +69,7 @@ pub struct Gpu {
     hw_e2m1: bool,
     sm_count: u32,
     kernels: kernel::KernelCache,
+    pdl: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -117,6 +118,7 @@ impl Gpu {
             hw_e2m1,
             sm_count,
             kernels: Default::default(),
+            pdl: Default::default(),
         })
     }
 
@@ -148,6 +150,24 @@ impl Gpu {
     /// Multiprocessors on the device.
     pub fn sm_count(&self) -> u32 {
         self.sm_count
+    }
+
+    /// Launch kernels with programmatic dependent launch (sm_90+): a call may start while
+    /// the previous kernel on its stream finishes, and waits (`griddepcontrol.wait`)
+    /// only before reading its inputs. Off by default.
+    pub fn set_programmatic_dependent_launch(&self, enabled: bool) {
+        self.pdl.store(
+            enabled
+                && self
+                    .ctx
+                    .compute_capability()
+                    .is_ok_and(|(major, _)| major >= 9),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    pub(crate) fn pdl(&self) -> bool {
+        self.pdl.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Specialisations loaded so far.
@@ -189,6 +209,22 @@ impl Gpu {
         call: &RawDequant,
     ) -> Result<(), Error> {
         raw::launch_dequant(self, stream, call)
+    }
+
+    /// Copies `bytes` (a multiple of 16, both pointers 16-byte aligned) with a plain SM
+    /// copy kernel on `stream`: the bandwidth yardstick of the benchmarks (SPEC.md §6).
+    ///
+    /// # Safety
+    /// `src` and `dst` must be valid, non-overlapping device allocations of this GPU of at
+    /// least `bytes` bytes.
+    pub unsafe fn copy_raw(
+        &self,
+        stream: sys::CUstream,
+        src: u64,
+        dst: u64,
+        bytes: usize,
+    ) -> Result<(), Error> {
+        raw::launch_copy(self, stream, src, dst, bytes)
     }
 
     fn check_stream(&self, stream: &CudaStream) -> Result<(), Error> {

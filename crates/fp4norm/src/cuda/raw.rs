@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 
-use cudarc::driver::{result as driver_result, sys};
+use cudarc::driver::sys;
 
 use super::kernel::{GsMode, KernelConfig, KernelKind};
 use super::Gpu;
@@ -115,6 +115,56 @@ struct DequantParams {
     gs: u64,
     out: u64,
     m: i64,
+}
+
+/// Launches `f` on `stream`, with programmatic dependent launch when the GPU's setting
+/// asks for it (sm_90+).
+unsafe fn launch(
+    gpu: &Gpu,
+    f: &cudarc::driver::CudaFunction,
+    grid: u32,
+    block: u32,
+    stream: sys::CUstream,
+    args: &mut [*mut c_void],
+    what: &'static str,
+) -> Result<(), Error> {
+    gpu.ctx.bind_to_thread().map_err(|e| Error::Cuda {
+        context: "binding the context",
+        message: e.to_string(),
+    })?;
+    // SAFETY: a zeroed attribute is a valid plain-data value; only the PDL member is set.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let pdl = gpu.pdl();
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream,
+        attrs: if pdl { &mut attr } else { std::ptr::null_mut() },
+        numAttrs: pdl as u32,
+    };
+    // SAFETY: the caller passes arguments matching the kernel's signature.
+    let r = unsafe {
+        sys::cuLaunchKernelEx(
+            &cfg,
+            f.cu_function(),
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(Error::Cuda {
+            context: what,
+            message: format!("{r:?}"),
+        });
+    }
+    Ok(())
 }
 
 /// A byte range one call touches, for the overlap check.
@@ -443,27 +493,20 @@ pub(crate) unsafe fn launch_fused(
     let grid = rows_total.div_ceil(cfg.rows_per_cta as usize);
     let grid = u32::try_from(grid)
         .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
-    gpu.ctx.bind_to_thread().map_err(|e| Error::Cuda {
-        context: "binding the context",
-        message: e.to_string(),
-    })?;
     let mut args = [&mut params as *mut FusedParams as *mut c_void];
     // SAFETY: the arguments match the kernel's signature (one struct by value) and every
     // pointer in it was checked above; the caller guarantees the memory is live.
     unsafe {
-        driver_result::launch_kernel(
-            f.cu_function(),
-            (grid, 1, 1),
-            (cfg.block_threads(), 1, 1),
-            0,
+        launch(
+            gpu,
+            &f,
+            grid,
+            cfg.block_threads(),
             stream,
             &mut args,
+            "launching fp4norm_fused",
         )
     }
-    .map_err(|e| Error::Cuda {
-        context: "launching fp4norm_fused",
-        message: e.to_string(),
-    })
 }
 
 pub(crate) unsafe fn launch_dequant(
@@ -557,24 +600,84 @@ pub(crate) unsafe fn launch_dequant(
     let vectors = p.m * (p.h / 8);
     let grid = u32::try_from(vectors.div_ceil(256))
         .map_err(|_| Error::Unsupported("tensor too large for dequantize".into()))?;
-    gpu.ctx.bind_to_thread().map_err(|e| Error::Cuda {
-        context: "binding the context",
-        message: e.to_string(),
-    })?;
     let mut args = [&mut params as *mut DequantParams as *mut c_void];
     // SAFETY: as in launch_fused.
     unsafe {
-        driver_result::launch_kernel(
-            f.cu_function(),
-            (grid, 1, 1),
-            (256, 1, 1),
-            0,
+        launch(
+            gpu,
+            &f,
+            grid,
+            256,
             stream,
             &mut args,
+            "launching fp4norm_dequant",
         )
     }
-    .map_err(|e| Error::Cuda {
-        context: "launching fp4norm_dequant",
-        message: e.to_string(),
-    })
+}
+
+pub(crate) unsafe fn launch_copy(
+    gpu: &Gpu,
+    stream: sys::CUstream,
+    src: u64,
+    dst: u64,
+    bytes: usize,
+) -> Result<(), Error> {
+    check_ptr("src", src, 16)?;
+    check_ptr("dst", dst, 16)?;
+    if bytes % 16 != 0 {
+        return Err(Error::Unsupported(format!(
+            "copy of {bytes} bytes: use a multiple of 16"
+        )));
+    }
+    check_overlaps(&[
+        Range {
+            name: "src",
+            start: src,
+            end: src + bytes as u64,
+            written: false,
+        },
+        Range {
+            name: "dst",
+            start: dst,
+            end: dst + bytes as u64,
+            written: true,
+        },
+    ])?;
+    let cfg = KernelConfig {
+        kind: KernelKind::Copy,
+        dtype: DType::BF16,
+        h: 16,
+        block: 16,
+        ue8m0: false,
+        row_major: false,
+        swizzled: false,
+        residual: false,
+        y_out: false,
+        gs: GsMode::None,
+        hw_e2m1: false,
+        threads_per_row: 32,
+        rows_per_cta: 1,
+        aligned: true,
+    };
+    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    let mut n = (bytes / 16) as i64;
+    let (mut s, mut d) = (src, dst);
+    let grid = gpu.sm_count * 4;
+    let mut args = [
+        &mut s as *mut u64 as *mut c_void,
+        &mut d as *mut u64 as *mut c_void,
+        &mut n as *mut i64 as *mut c_void,
+    ];
+    // SAFETY: three arguments matching fp4norm_copy's signature; pointers checked above.
+    unsafe {
+        launch(
+            gpu,
+            &f,
+            grid,
+            512,
+            stream,
+            &mut args,
+            "launching fp4norm_copy",
+        )
+    }
 }
