@@ -1,0 +1,540 @@
+"""The torch / NumPy plumbing of fp4norm: argument checks with the caller's argument
+names, output allocation, dtype mapping, 3-D flattening and the CUDA stream. Everything
+numeric (and every check again, before anything is written) happens in Rust (`_core`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import sys
+from typing import Any, Optional, Tuple
+
+from . import _core
+
+# --------------------------------------------------------------------------------------
+# Array views
+# --------------------------------------------------------------------------------------
+
+_TORCH_DTYPES: Optional[dict] = None
+
+
+def _torch_dtype_codes(torch: Any) -> dict:
+    global _TORCH_DTYPES
+    if _TORCH_DTYPES is None:
+        table = {
+            torch.bfloat16: "bf16",
+            torch.float16: "f16",
+            torch.float32: "f32",
+            torch.uint8: "u8",
+        }
+        for attr, code in (
+            ("float8_e4m3fn", "e4m3"),
+            ("float8_e8m0fnu", "ue8m0"),
+            ("float4_e2m1fn_x2", "fp4x2"),
+        ):
+            dt = getattr(torch, attr, None)
+            if dt is not None:
+                table[dt] = code
+        _TORCH_DTYPES = table
+    return _TORCH_DTYPES
+
+
+_NUMPY_NAMES = {
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float32": "f32",
+    "uint8": "u8",
+    "float8_e4m3fn": "e4m3",
+    "float8_e8m0fnu": "ue8m0",
+}
+
+_DTYPE_WORDS = {
+    "bf16": "bfloat16",
+    "f16": "float16",
+    "f32": "float32",
+    "u8": "uint8",
+    "e4m3": "float8_e4m3fn",
+    "ue8m0": "float8_e8m0fnu",
+    "fp4x2": "float4_e2m1fn_x2",
+}
+
+
+class _View:
+    """One array argument: where it lives, its address, shape, strides (in elements)."""
+
+    __slots__ = (
+        "obj",
+        "name",
+        "kind",
+        "device",
+        "ptr",
+        "shape",
+        "strides",
+        "dt",
+        "contiguous",
+        "writeable",
+    )
+
+    def __init__(self, obj: Any, name: str) -> None:
+        self.obj = obj
+        self.name = name
+        torch = sys.modules.get("torch")
+        np = sys.modules.get("numpy")
+        if torch is not None and isinstance(obj, torch.Tensor):
+            self._from_torch(torch, obj)
+        elif np is not None and isinstance(obj, np.ndarray):
+            self._from_numpy(obj)
+        else:
+            raise TypeError(
+                f"{name} must be a torch.Tensor or a numpy.ndarray, got {type(obj).__name__}"
+            )
+
+    def _from_torch(self, torch: Any, t: Any) -> None:
+        if t.layout != torch.strided:
+            raise TypeError(f"{self.name} must be a dense (strided) tensor, got layout {t.layout}")
+        dev = t.device
+        if dev.type == "cpu":
+            self.device = "cpu"
+        elif dev.type == "cuda":
+            self.device = f"cuda:{dev.index if dev.index is not None else torch.cuda.current_device()}"
+        else:
+            raise ValueError(
+                f"{self.name} is on device {dev}: fp4norm runs on CPU and CUDA tensors only"
+            )
+        self.kind = "torch"
+        self.ptr = int(t.data_ptr())
+        self.shape = tuple(int(s) for s in t.shape)
+        self.strides = tuple(int(s) for s in t.stride())
+        self.dt = _torch_dtype_codes(torch).get(t.dtype, str(t.dtype).replace("torch.", ""))
+        self.contiguous = bool(t.is_contiguous())
+        self.writeable = True
+
+    def _from_numpy(self, a: Any) -> None:
+        self.kind = "numpy"
+        self.device = "cpu"
+        dtype = a.dtype
+        code = _NUMPY_NAMES.get(dtype.name) if dtype.isnative else None
+        self.dt = code if code is not None else f"{dtype} (numpy)"
+        self.ptr = int(a.ctypes.data)
+        self.shape = tuple(int(s) for s in a.shape)
+        item = dtype.itemsize
+        strides = []
+        for s in a.strides:
+            if s < 0:
+                raise ValueError(
+                    f"{self.name} has a negative stride ({a.strides} bytes): pass a view with "
+                    "non-negative strides"
+                )
+            if item and s % item:
+                raise ValueError(
+                    f"{self.name} has strides {a.strides} bytes, not a multiple of its element size"
+                )
+            strides.append(s // item if item else s)
+        self.strides = tuple(strides)
+        self.contiguous = bool(a.flags.c_contiguous)
+        self.writeable = bool(a.flags.writeable)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def where(self) -> str:
+        return "a NumPy array" if self.kind == "numpy" else f"a torch tensor on {self.device}"
+
+    def same_place(self, ref: "_View") -> None:
+        if self.kind != ref.kind:
+            raise TypeError(
+                f"{self.name} is {self.where()} but {ref.name} is {ref.where()}: pass one kind "
+                "of array (torch or NumPy) for every argument"
+            )
+        if self.device != ref.device:
+            raise ValueError(
+                f"{self.name} is on {self.device} but {ref.name} is on {ref.device}: put all "
+                "tensors of one call on one device"
+            )
+
+    def need_dtype(self, allowed: Tuple[str, ...]) -> None:
+        if self.dt not in allowed:
+            words = " or ".join(_DTYPE_WORDS.get(a, a) for a in allowed)
+            raise TypeError(
+                f"{self.name} has dtype {_DTYPE_WORDS.get(self.dt, self.dt)}; expected {words}"
+            )
+
+    def need_writeable(self) -> None:
+        if not self.writeable:
+            raise ValueError(f"{self.name} is read-only: fp4norm writes it in place")
+
+    def rows(self) -> Tuple[int, int, int, int]:
+        """`(address, rows, cols, row_stride)`: leading dimensions flattened into rows.
+        The last dimension must be contiguous and the rows evenly spaced (never copied)."""
+        if self.ndim not in (2, 3):
+            raise ValueError(
+                f"{self.name} must be 2-D [M, H] or 3-D [B, S, H]; got shape {list(self.shape)}"
+            )
+        cols = self.shape[-1]
+        rows = math.prod(self.shape[:-1])
+        if rows == 0 or cols == 0:  # an empty tensor's strides mean nothing
+            return (self.ptr, rows, cols, cols)
+        if cols > 1 and self.strides[-1] != 1:
+            raise ValueError(
+                f"{self.name}: the last (hidden) dimension must be contiguous (stride 1); got "
+                f"strides {list(self.strides)} (in elements). Rows may be strided, elements may "
+                "not; fp4norm never copies a tensor behind your back"
+            )
+        row_stride: Optional[int] = None
+        expected = 0
+        for size, stride in reversed(list(zip(self.shape[:-1], self.strides[:-1]))):
+            if size == 1:
+                continue
+            if row_stride is None:
+                row_stride = stride
+            elif stride != expected:
+                raise ValueError(
+                    f"{self.name}: the leading dimensions of shape {list(self.shape)} with strides "
+                    f"{list(self.strides)} cannot be flattened into evenly spaced rows; pass a "
+                    "tensor whose rows are one stride apart"
+                )
+            expected = stride * size
+        if row_stride is None:  # a single row
+            row_stride = cols
+        return (self.ptr, rows, cols, row_stride)
+
+    def flat(self) -> Tuple[int, int]:
+        """`(address, elements)` of a buffer written or read as one flat block."""
+        if not self.contiguous:
+            raise ValueError(
+                f"{self.name} must be contiguous (shape {list(self.shape)}, strides "
+                f"{list(self.strides)}): it is used as one flat buffer"
+            )
+        return (self.ptr, self.numel)
+
+
+def _view(obj: Any, name: str) -> _View:
+    return _View(obj, name)
+
+
+# --------------------------------------------------------------------------------------
+# Allocation
+# --------------------------------------------------------------------------------------
+
+
+def _empty(ref: _View, shape: Tuple[int, ...], code: str) -> Any:
+    """An uninitialised array of the input's kind and device; `code` is the logical dtype
+    (`u8`, `fp4x2`, `e4m3`, `ue8m0`, `f32`). NumPy outputs are uint8 for every byte
+    output (view them with ml_dtypes if you want typed values)."""
+    if ref.kind == "numpy":
+        import numpy as np
+
+        return np.empty(shape, dtype=np.float32 if code == "f32" else np.uint8)
+    import torch
+
+    if code == "f32":
+        return torch.empty(shape, dtype=torch.float32, device=ref.obj.device)
+    t = torch.empty(shape, dtype=torch.uint8, device=ref.obj.device)
+    want = {
+        "fp4x2": getattr(torch, "float4_e2m1fn_x2", None),
+        "e4m3": getattr(torch, "float8_e4m3fn", None),
+    }.get(code)
+    if want is not None:
+        try:
+            t = t.view(want)
+        except (RuntimeError, TypeError):  # an old torch without this dtype's views
+            pass
+    return t
+
+
+def _scale_dtypes(scale_format: str) -> Tuple[str, ...]:
+    return ("u8", "e4m3") if scale_format == "e4m3" else ("u8", "ue8m0")
+
+
+# --------------------------------------------------------------------------------------
+# Scalars and options
+# --------------------------------------------------------------------------------------
+
+
+def _block_and_format(block_size: Any, scale_format: Any) -> Tuple[int, str]:
+    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
+        raise TypeError(f"block_size must be an int (16 or 32), got {type(block_size).__name__}")
+    block_size = int(block_size)
+    if block_size not in (16, 32):
+        raise ValueError(f"block_size = {block_size} is not supported: use 16 (NVFP4) or 32 (MXFP4)")
+    if scale_format is None:
+        return block_size, ("ue8m0" if block_size == 32 else "e4m3")
+    if not isinstance(scale_format, str):
+        raise TypeError(
+            f"scale_format must be a str (\"e4m3\" or \"ue8m0\") or None, got "
+            f"{type(scale_format).__name__}"
+        )
+    fmt = scale_format.lower()
+    if fmt not in ("e4m3", "ue8m0"):
+        raise ValueError(f"scale_format = {scale_format!r} is not supported: use \"e4m3\" or \"ue8m0\"")
+    return block_size, fmt
+
+
+def _eps(eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+    value = float(eps)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"eps = {value} is invalid: eps must be finite and >= 0 (usually 1e-6)")
+    return value
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def _global_scale(gs: Any, ref: _View, m: int) -> Tuple[Optional[Tuple[int, int]], Any]:
+    """`((address, count), keep-alive object)`; count is 1 (one scale) or M (per row)."""
+    if gs is None:
+        return None, None
+    if isinstance(gs, numbers.Real) and not isinstance(gs, bool):
+        value = float(gs)
+        if ref.kind == "numpy":
+            import numpy as np
+
+            gs = np.array([value], dtype=np.float32)
+        else:
+            import torch
+
+            gs = torch.full((1,), value, dtype=torch.float32, device=ref.obj.device)
+    v = _view(gs, "global_scale")
+    v.same_place(ref)
+    v.need_dtype(("f32",))
+    if v.ndim > 1 or v.numel not in (1, m):
+        raise ValueError(
+            f"global_scale has shape {list(v.shape)}: pass shape (1,) (one scale) or "
+            f"({m},) (one per row; M = {m})"
+        )
+    return v.flat(), gs
+
+
+_NVRTC_CHECKED = False
+
+
+def _find_nvrtc() -> None:
+    """Points fp4norm at NVRTC from the `nvidia-cuda-nvrtc` wheel (the one PyTorch
+    installs) when FP4NORM_NVRTC_DIR is unset."""
+    global _NVRTC_CHECKED
+    if _NVRTC_CHECKED:
+        return
+    _NVRTC_CHECKED = True
+    if os.environ.get("FP4NORM_NVRTC_DIR"):
+        return
+    for base in sys.path:
+        for sub in (("nvidia", "cu13", "lib"), ("nvidia", "cuda_nvrtc", "lib")):
+            d = os.path.join(base or ".", *sub)
+            try:
+                names = os.listdir(d)
+            except OSError:
+                continue
+            if any(n.startswith("libnvrtc.so") for n in names) and any(
+                n.startswith("libnvrtc-builtins.so") for n in names
+            ):
+                os.environ["FP4NORM_NVRTC_DIR"] = d
+                return
+
+
+def _backend(ref: _View, backend: Optional[str]) -> Tuple[str, int, int]:
+    """`(backend, device ordinal, stream)` for a call whose input is `ref`."""
+    if ref.device == "cpu":
+        return (backend or "cpu", 0, 0)
+    if backend not in (None, "cuda"):
+        raise ValueError(f"the {backend} backend runs on host (CPU / NumPy) arrays only")
+    import torch
+
+    _find_nvrtc()
+    ordinal = int(ref.device.split(":")[1])
+    stream = torch.cuda.current_stream(ref.obj.device).cuda_stream
+    return ("cuda", ordinal, int(stream))
+
+
+# --------------------------------------------------------------------------------------
+# The ops
+# --------------------------------------------------------------------------------------
+
+
+def fused(
+    input: Any,
+    residual: Any,
+    weight: Any,
+    y_fp4: Any,
+    block_scale: Any,
+    global_scale: Any,
+    eps: Any,
+    block_size: Any,
+    scale_format: Any,
+    is_sf_swizzled_layout: Any,
+    output_both_sf_layouts: Any,
+    block_scale_unswizzled: Any,
+    enable_pdl: Any,
+    y_out: Any,
+    backend: Optional[str] = None,
+) -> Tuple[Any, ...]:
+    x = _view(input, "input")
+    x.need_dtype(("bf16", "f16"))
+    x_rows = x.rows()
+    _, m, h, _ = x_rows
+
+    r_rows = None
+    if residual is not None:
+        r = _view(residual, "residual")
+        r.same_place(x)
+        if r.dt != x.dt:
+            raise TypeError(
+                f"residual has dtype {_DTYPE_WORDS.get(r.dt, r.dt)} but input is "
+                f"{_DTYPE_WORDS[x.dt]}: input, residual and weight must share one dtype"
+            )
+        r.need_writeable()
+        if r.shape != x.shape:
+            raise ValueError(
+                f"residual has shape {list(r.shape)} but input has shape {list(x.shape)}"
+            )
+        r_rows = r.rows()
+
+    w = _view(weight, "weight")
+    w.same_place(x)
+    if w.dt != x.dt:
+        raise TypeError(
+            f"weight has dtype {_DTYPE_WORDS.get(w.dt, w.dt)} but input is {_DTYPE_WORDS[x.dt]}: "
+            "input, residual and weight must share one dtype"
+        )
+    if w.ndim != 1 or w.shape[0] != h:
+        raise ValueError(f"weight has shape {list(w.shape)}; expected ({h},), one value per hidden element")
+    if h > 1 and w.strides[0] != 1:
+        raise ValueError(f"weight must be contiguous (stride 1), got stride {w.strides[0]}")
+    w_buf = (w.ptr, w.numel)
+
+    block_size, fmt = _block_and_format(block_size, scale_format)
+    eps = _eps(eps)
+    both = _flag(output_both_sf_layouts, "output_both_sf_layouts")
+    swizzled = both or _flag(is_sf_swizzled_layout, "is_sf_swizzled_layout")
+    pdl = None if enable_pdl is None else _flag(enable_pdl, "enable_pdl")
+    fp4_len, rm_len, sw_len = _core.sizes(m, h, block_size, fmt)
+    lead = x.shape[:-1]
+    scale_code = "e4m3" if fmt == "e4m3" else "u8"
+
+    # Outputs: allocated here, or the caller's (checked, then written in place).
+    def output(obj: Any, name: str, shape: Tuple[int, ...], code: str, allowed: Tuple[str, ...]):
+        if obj is None:
+            obj = _empty(x, shape, code)
+        v = _view(obj, name)
+        v.same_place(x)
+        v.need_dtype(allowed)
+        v.need_writeable()
+        return obj, v.flat()
+
+    y_fp4, q_buf = output(y_fp4, "y_fp4", lead + (h // 2,), "fp4x2", ("u8", "fp4x2"))
+    row_major_buf = swizzled_buf = None
+    if swizzled:
+        block_scale, swizzled_buf = output(
+            block_scale, "block_scale", (sw_len,), scale_code, _scale_dtypes(fmt)
+        )
+        if both:
+            block_scale_unswizzled, row_major_buf = output(
+                block_scale_unswizzled,
+                "block_scale_unswizzled",
+                lead + (h // block_size,),
+                scale_code,
+                _scale_dtypes(fmt),
+            )
+    else:
+        block_scale, row_major_buf = output(
+            block_scale, "block_scale", lead + (h // block_size,), scale_code, _scale_dtypes(fmt)
+        )
+
+    y_rows = None
+    if y_out is not None:
+        y = _view(y_out, "y_out")
+        y.same_place(x)
+        if y.dt != x.dt:
+            raise TypeError(
+                f"y_out has dtype {_DTYPE_WORDS.get(y.dt, y.dt)} but input is {_DTYPE_WORDS[x.dt]}"
+            )
+        y.need_writeable()
+        if y.shape != x.shape:
+            raise ValueError(f"y_out has shape {list(y.shape)} but input has shape {list(x.shape)}")
+        y_rows = y.rows()
+
+    gs_buf, gs_keep = _global_scale(global_scale, x, m)
+    be, ordinal, stream = _backend(x, backend)
+    _core.fused(
+        be,
+        ordinal,
+        stream,
+        x.dt,
+        x_rows,
+        r_rows,
+        w_buf,
+        q_buf,
+        row_major_buf,
+        swizzled_buf,
+        y_rows,
+        gs_buf,
+        eps,
+        block_size,
+        fmt,
+        pdl,
+    )
+    del gs_keep  # a temporary device scale is freed in stream order: safe
+    if both:
+        return (y_fp4, block_scale, block_scale_unswizzled)
+    return (y_fp4, block_scale)
+
+
+def dequantize(
+    y_fp4: Any,
+    block_scale: Any,
+    global_scale: Any,
+    block_size: Any,
+    scale_format: Any,
+    is_sf_swizzled_layout: Any,
+    m: Optional[int],
+    h: Optional[int],
+) -> Any:
+    q = _view(y_fp4, "y_fp4")
+    q.need_dtype(("u8", "fp4x2"))
+    q_buf = q.flat()
+    if (m is None) != (h is None):
+        raise ValueError("pass both m and h, or neither (they are then read from y_fp4's shape)")
+    if m is None:
+        if q.ndim < 2:
+            raise ValueError(
+                f"y_fp4 has shape {list(q.shape)}: pass m and h for a flat buffer, or y_fp4 "
+                "shaped [..., H/2]"
+            )
+        h = 2 * q.shape[-1]
+        m = math.prod(q.shape[:-1])
+        out_shape = q.shape[:-1] + (h,)
+    else:
+        for value, name in ((m, "m"), (h, "h")):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise TypeError(f"{name} must be a non-negative int, got {value!r}")
+        m, h = int(m), int(h)
+        if q.ndim >= 2 and math.prod(q.shape[:-1]) == m and 2 * q.shape[-1] == h:
+            out_shape = q.shape[:-1] + (h,)
+        else:
+            out_shape = (m, h)
+    block_size, fmt = _block_and_format(block_size, scale_format)
+    swizzled = _flag(is_sf_swizzled_layout, "is_sf_swizzled_layout")
+    sf = _view(block_scale, "block_scale")
+    sf.same_place(q)
+    sf.need_dtype(_scale_dtypes(fmt))
+    sf_buf = sf.flat()
+    gs_buf, gs_keep = _global_scale(global_scale, q, m)
+    out = _empty(q, out_shape, "f32")
+    o_buf = _view(out, "out").flat()
+    be, ordinal, stream = _backend(q, None)
+    _core.dequantize(
+        be, ordinal, stream, m, h, block_size, fmt, q_buf, sf_buf, swizzled, gs_buf, o_buf
+    )
+    del gs_keep
+    return out

@@ -1,0 +1,63 @@
+"""Type stubs of ``fp4norm._core``, the native (Rust) half of fp4norm.
+
+The functions taking addresses are the raw layer under :mod:`fp4norm`: they trust the
+addresses and extents they are given (derived by the Python layer from live arrays) and
+check everything else. Use :func:`fp4norm.add_rmsnorm_fp4quant` and friends instead.
+"""
+
+from typing import Optional, Tuple
+
+__version__: str
+
+# (address, rows, cols, row stride in elements)
+_Mat = Tuple[int, int, int, int]
+# (address, length in elements)
+_Buf = Tuple[int, int]
+
+def fused(
+    backend: str,
+    device: int,
+    stream: int,
+    dtype: str,
+    x: _Mat,
+    residual: Optional[_Mat],
+    weight: _Buf,
+    y_fp4: _Buf,
+    row_major: Optional[_Buf],
+    swizzled: Optional[_Buf],
+    y_out: Optional[_Mat],
+    global_scale: Optional[_Buf],
+    eps: float,
+    block_size: int,
+    scale_format: str,
+    enable_pdl: Optional[bool] = None,
+) -> None:
+    """Residual add (if ``residual``) + RMSNorm + FP4 quantisation. ``backend`` is
+    ``"cpu"``, ``"reference"`` (host memory) or ``"cuda"`` (device ``device``, raw
+    ``stream`` handle; enqueued, never synchronised). ``dtype`` is ``"bf16"`` or
+    ``"f16"``. Raises ValueError (bad argument) or RuntimeError (CUDA / NVRTC)."""
+
+def dequantize(
+    backend: str,
+    device: int,
+    stream: int,
+    m: int,
+    h: int,
+    block_size: int,
+    scale_format: str,
+    y_fp4: _Buf,
+    block_scale: _Buf,
+    swizzled: bool,
+    global_scale: Optional[_Buf],
+    out: _Buf,
+) -> None:
+    """Packed FP4 + scale codes to ``m * h`` float32 at ``out``."""
+
+def sizes(m: int, h: int, block_size: int, scale_format: str) -> Tuple[int, int, int]:
+    """Bytes of (y_fp4, row-major scales, swizzled scales); ValueError for a bad shape."""
+
+def cuda_device_count() -> int:
+    """CUDA devices the driver reports (0 without a driver)."""
+
+def cuda_device_info(ordinal: int) -> Tuple[str, str, bool]:
+    """(name, NVRTC target such as ``sm_90``, hardware E2M1 conversion) of a device."""

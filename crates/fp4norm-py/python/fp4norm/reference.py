@@ -1,0 +1,63 @@
+"""The scalar reference of fp4norm (SPEC.md step by step, ``fp4norm::reference`` in
+Rust), for host arrays: the executable spec the fast backends are checked against.
+
+Same signatures and results as :func:`fp4norm.add_rmsnorm_fp4quant` and
+:func:`fp4norm.rmsnorm_fp4quant`, much slower; torch CPU tensors and NumPy arrays only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple, Union
+
+from . import _api
+
+Array = Any
+
+__all__ = ["add_rmsnorm_fp4quant", "rmsnorm_fp4quant"]
+
+
+def add_rmsnorm_fp4quant(
+    input: Array,
+    residual: Array,
+    weight: Array,
+    y_fp4: Optional[Array] = None,
+    block_scale: Optional[Array] = None,
+    global_scale: Union[Array, float, None] = None,
+    eps: float = 1e-6,
+    block_size: int = 16,
+    scale_format: Optional[str] = None,
+    is_sf_swizzled_layout: bool = False,
+    output_both_sf_layouts: bool = False,
+    block_scale_unswizzled: Optional[Array] = None,
+    *,
+    y_out: Optional[Array] = None,
+) -> Tuple[Array, ...]:
+    """:func:`fp4norm.add_rmsnorm_fp4quant` through the scalar reference (host arrays)."""
+    return _api.fused(
+        input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
+        scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
+        None, y_out, backend="reference",
+    )
+
+
+def rmsnorm_fp4quant(
+    input: Array,
+    weight: Array,
+    y_fp4: Optional[Array] = None,
+    block_scale: Optional[Array] = None,
+    global_scale: Union[Array, float, None] = None,
+    eps: float = 1e-6,
+    block_size: int = 16,
+    scale_format: Optional[str] = None,
+    is_sf_swizzled_layout: bool = False,
+    *,
+    output_both_sf_layouts: bool = False,
+    block_scale_unswizzled: Optional[Array] = None,
+    y_out: Optional[Array] = None,
+) -> Tuple[Array, ...]:
+    """:func:`fp4norm.rmsnorm_fp4quant` through the scalar reference (host arrays)."""
+    return _api.fused(
+        input, None, weight, y_fp4, block_scale, global_scale, eps, block_size,
+        scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
+        None, y_out, backend="reference",
+    )
