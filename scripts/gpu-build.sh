@@ -22,6 +22,7 @@ fi
 echo "== building release test binaries and the CLI"
 cargo build --release -p fp4norm-cli
 strip -o .artifacts/bin/fp4norm target/release/fp4norm
+cargo test --release -p fp4norm --no-run 2>&1 | grep -E '^(error|warning: unused)' -A5 || true
 cargo test --release -p fp4norm --no-run --message-format=json 2>/dev/null \
   | python3 -c '
 import json, shutil, sys
@@ -37,7 +38,7 @@ strip -o .artifacts/bin/gpu .dev/testbin/gpu
 
 echo "== precompiling the sweep kernels for sm_90 into .artifacts/kcache"
 rm -rf .artifacts/kcache
-FP4NORM_CACHE_DIR=$root/.artifacts/kcache FP4NORM_REQUIRE_NVRTC=1 .dev/testbin/kernels_compile --nocapture 2>&1 | grep -E "kernel compile check|test result"
+FP4NORM_CACHE_DIR=$root/.artifacts/kcache FP4NORM_REQUIRE_NVRTC=1 FP4NORM_COMPILE_ARCHS=sm_90 .dev/testbin/kernels_compile --nocapture 2>&1 | grep -E "kernel compile check|test result"
 rm -rf .artifacts/kcache/sm_100a   # the H200 needs only sm_90
 
 if [ -d ../shared/peers ]; then cp ../shared/peers/*.py .artifacts/peers/; fi

@@ -23,6 +23,12 @@ if has tests; then
   summary+=("tests: $(grep 'test result' "$out/gpu-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
 fi
 
+if [[ " $modes " == *" nanexp "* ]]; then
+  echo "== experiment: kernels without the NaN fix-up (do the packed add/cvt give 0x7FFF?)"
+  FP4NORM_ASSUME_HW_CANONICAL_NAN=1 FP4NORM_CACHE_DIR=/tmp/kcache-nan "$bin/gpu" --test-threads=3 gpu_edge_cases gpu_sweep 2>&1 | tee "$out/nanexp.log" | grep -E "^FAIL|test result" | head -20
+  summary+=("no-NaN-fix-up experiment: $(grep 'test result' "$out/nanexp.log" | tail -1)")
+fi
+
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do
     echo "== compute-sanitizer $tool (small sweep)"

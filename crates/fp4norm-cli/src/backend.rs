@@ -33,6 +33,11 @@ pub trait Backend {
     /// Measures a plain copy of `bytes` bytes on this device (read + written counted),
     /// the yardstick for the op's effective bandwidth.
     fn copy_baseline(&self, bytes: usize, reps: usize) -> Result<CopyBaseline, CliError>;
+    /// Seconds per pair "previous kernel -> op" in a CUDA graph, without and with
+    /// programmatic dependent launch. `None`: the backend has no such thing.
+    fn pdl_chain(&self, _case: &Case) -> Option<Result<(f64, f64), CliError>> {
+        None
+    }
 }
 
 /// One call, ready to run on a backend.
@@ -47,6 +52,15 @@ pub trait Prepared {
     /// Reads back the outputs of rows `start .. start + len` only (as [`Outputs::rows`]
     /// lays them out): what a check of a large shape needs.
     fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError>;
+    /// Seconds per call with `per_graph` calls captured in one CUDA graph and replayed
+    /// `replays` times (an engine's captured decode step). `None`: no graphs here.
+    fn time_graph(
+        &mut self,
+        _per_graph: usize,
+        _replays: usize,
+    ) -> Option<Result<Vec<f64>, CliError>> {
+        None
+    }
     /// Runs `warmup` untimed calls, then `reps` timed ones; seconds per call.
     /// The default times [`Prepared::run_once`] with the wall clock, which is right for
     /// a synchronous backend; an asynchronous one (a GPU) overrides it.
@@ -109,16 +123,22 @@ pub fn all_available() -> Vec<Box<dyn Backend>> {
     v
 }
 
-/// The CUDA backend — the place where it plugs in. Not built yet.
+/// The CUDA backend on device 0 (`FP4NORM_DEVICE` picks another ordinal).
+#[cfg(feature = "cuda")]
 pub fn open_cuda() -> Result<Box<dyn Backend>, CliError> {
-    Err(CliError(format!(
-        "CUDA backend not built/available: {}. Use --device cpu.",
-        if cfg!(feature = "cuda") {
-            "this fp4norm CLI has no CUDA backend yet"
-        } else {
-            "this fp4norm CLI was built without the `cuda` feature"
-        }
-    )))
+    let ordinal = std::env::var("FP4NORM_DEVICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Ok(Box::new(crate::cuda_backend::CudaBackend::open(ordinal)?))
+}
+
+/// The CUDA backend: not in this build.
+#[cfg(not(feature = "cuda"))]
+pub fn open_cuda() -> Result<Box<dyn Backend>, CliError> {
+    Err(CliError(
+        "CUDA backend not available: this fp4norm CLI was built without the `cuda` feature. Use --device cpu.".into(),
+    ))
 }
 
 /// The host implementations: the fast CPU path (a user-visible backend) or the scalar

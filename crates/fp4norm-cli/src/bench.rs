@@ -15,6 +15,9 @@ use crate::CliError;
 
 const DEFAULT_M: &[usize] = &[1, 16, 128, 1024, 4096, 16384];
 const DEFAULT_H: &[usize] = &[2048, 4096, 5120, 7168, 8192, 16384];
+/// GPU default: the decode/prefill table of the speed targets (issue 4), H up to 32768.
+const DEFAULT_M_GPU: &[usize] = &[1, 16, 128, 1024, 4096, 16384];
+const DEFAULT_H_GPU: &[usize] = &[2048, 4096, 5120, 7168, 8192, 16384, 32768];
 const QUICK_M: &[usize] = &[1, 256];
 const QUICK_H: &[usize] = &[2048, 7168];
 /// Shapes up to this many elements are checked on every row; larger ones on three tiles.
@@ -96,6 +99,10 @@ pub struct BenchArgs {
     /// RMSNorm epsilon (finite, >= 0)
     #[arg(long, default_value_t = 1e-6, allow_negative_numbers = true)]
     eps: f32,
+    /// Also time the chain "previous kernel -> fp4norm" with and without programmatic
+    /// dependent launch (CUDA, sm_90+), for the small shapes of the table
+    #[arg(long)]
+    pdl: bool,
     /// Global scale (used by E4M3 scales)
     #[arg(
         long,
@@ -119,6 +126,10 @@ struct Row {
     warmup: usize,
     reps: usize,
     median_us: f64,
+    /// Median µs per call when calls are replayed from a CUDA graph (GPU only).
+    graph_us: Option<f64>,
+    /// GB/s of the graph-replay median.
+    graph_gb_per_s: Option<f64>,
     min_us: f64,
     max_us: f64,
     gb_per_s: f64,
@@ -145,8 +156,24 @@ struct Report {
 }
 
 pub fn run(a: BenchArgs) -> Result<bool, CliError> {
-    let ms = pick(&a.m, if a.quick { QUICK_M } else { DEFAULT_M });
-    let hs = pick(&a.h, if a.quick { QUICK_H } else { DEFAULT_H });
+    let backend = backend::open(a.device)?;
+    let gpu = backend.name() == "cuda";
+    let ms = pick(
+        &a.m,
+        match (a.quick, gpu) {
+            (true, _) => QUICK_M,
+            (false, true) => DEFAULT_M_GPU,
+            (false, false) => DEFAULT_M,
+        },
+    );
+    let hs = pick(
+        &a.h,
+        match (a.quick, gpu) {
+            (true, _) => QUICK_H,
+            (false, true) => DEFAULT_H_GPU,
+            (false, false) => DEFAULT_H,
+        },
+    );
     let formats = if a.formats.is_empty() {
         vec![Fp4Format::NVFP4, Fp4Format::MXFP4]
     } else {
@@ -182,7 +209,6 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
         &opts.with_format(formats[0]),
     )?;
 
-    let backend = backend::open(a.device)?;
     let json_stdout = a.json.as_deref() == Some("-");
     // Open the JSON file now, so that a bad path fails before a long run.
     let mut json_file = match a.json.as_deref() {
@@ -198,7 +224,13 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
         Box::new(std::io::stdout())
     };
 
-    let copy_bytes = a.copy_mib.unwrap_or(if a.quick { 64 } else { 512 }) << 20;
+    let copy_bytes = a.copy_mib.unwrap_or(if a.quick {
+        64
+    } else if gpu {
+        2048
+    } else {
+        512
+    }) << 20;
     if copy_bytes == 0 {
         return Err(CliError("--copy-mib must be at least 1".into()));
     }
@@ -285,6 +317,45 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
     let all_ok = rows.iter().all(|r| r.check != "MISMATCH");
 
     print_table(&mut out, &rows, do_check)?;
+    if a.pdl {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "programmatic dependent launch: graph of N x (previous kernel: 1 MiB copy -> fp4norm), µs per pair"
+        )?;
+        writeln!(
+            out,
+            "{:>6} {:>6}  {:<9} {:>10} {:>10} {:>7}",
+            "M", "H", "format", "no PDL", "PDL", "gain"
+        )?;
+        for &m in ms.iter().filter(|&&m| m <= 1024) {
+            for &h in hs.iter().filter(|&&h| h <= 8192) {
+                for &format in &formats {
+                    let mut case = Case::random(m, h, a.dtypes[0], a.layouts[0], opts, a.seed);
+                    case.opts = opts.with_format(format);
+                    match backend.pdl_chain(&case) {
+                        None => {
+                            writeln!(out, "(this backend has no programmatic dependent launch)")?;
+                            break;
+                        }
+                        Some(r) => {
+                            let (plain, pdl) = r?;
+                            writeln!(
+                                out,
+                                "{:>6} {:>6}  {:<9} {:>10} {:>10} {:>6.1}%",
+                                m,
+                                h,
+                                format.to_string(),
+                                fmt_us(plain * 1e6),
+                                fmt_us(pdl * 1e6),
+                                100.0 * (plain - pdl) / plain
+                            )?;
+                        }
+                    }
+                }
+            }
+        }
+    }
     writeln!(out)?;
     if do_check {
         writeln!(
@@ -414,6 +485,14 @@ fn bench_one(
     let med = median(&mut times);
     let bytes = p.bytes_moved();
     let gbps = bytes as f64 / med / 1e9;
+    // Graph replay: enough calls per graph for ~2 ms of work (launch gaps amortised, as
+    // with triton.testing.do_bench_cudagraph), about target_s in all.
+    let per_graph = ((2e-3 / est).ceil() as usize).clamp(1, 500);
+    let replays = ((target_s / (est * per_graph as f64)).ceil() as usize).clamp(5, 300);
+    let graph_us = match prep.time_graph(per_graph, replays) {
+        Some(t) => Some(median(&mut t?) * 1e6),
+        None => None,
+    };
     Ok(Row {
         m: case.m,
         h: case.h,
@@ -426,6 +505,8 @@ fn bench_one(
         warmup,
         reps,
         median_us: med * 1e6,
+        graph_us,
+        graph_gb_per_s: graph_us.map(|us| bytes as f64 / us / 1e3),
         min_us: times[0] * 1e6,
         max_us: times[times.len() - 1] * 1e6,
         gb_per_s: gbps,
@@ -513,10 +594,25 @@ fn fmt_mb(bytes: u64) -> String {
 }
 
 fn print_table(out: &mut dyn Write, rows: &[Row], do_check: bool) -> Result<(), CliError> {
+    let graphs = rows.iter().any(|r| r.graph_us.is_some());
     writeln!(
         out,
-        "{:>6} {:>6}  {:<9} {:<5} {:<9} {:>9} {:>5} {:>10} {:>7} {:>7}  check",
-        "M", "H", "format", "dtype", "layout", "MB/call", "reps", "median µs", "GB/s", "vs copy"
+        "{:>6} {:>6}  {:<9} {:<5} {:<9} {:>9} {:>5} {:>10} {:>7} {:>7}{}  check",
+        "M",
+        "H",
+        "format",
+        "dtype",
+        "layout",
+        "MB/call",
+        "reps",
+        "median µs",
+        "GB/s",
+        "vs copy",
+        if graphs {
+            format!(" {:>9} {:>7} {:>7}", "graph µs", "GB/s", "vs copy")
+        } else {
+            String::new()
+        }
     )?;
     for r in rows {
         let check = if !do_check {
@@ -526,9 +622,19 @@ fn print_table(out: &mut dyn Write, rows: &[Row], do_check: bool) -> Result<(), 
         } else {
             format!("{} ({} of {} rows)", r.check, r.rows_checked, r.m)
         };
+        let graph = match (r.graph_us, r.graph_gb_per_s) {
+            (Some(us), Some(gb)) => format!(
+                " {:>9} {:>7.1} {:>6.1}%",
+                fmt_us(us),
+                gb,
+                100.0 * r.vs_copy * gb / r.gb_per_s
+            ),
+            _ if graphs => format!(" {:>9} {:>7} {:>7}", "-", "-", "-"),
+            _ => String::new(),
+        };
         writeln!(
             out,
-            "{:>6} {:>6}  {:<9} {:<5} {:<9} {:>9} {:>5} {:>10} {:>7.2} {:>6.0}%  {}",
+            "{:>6} {:>6}  {:<9} {:<5} {:<9} {:>9} {:>5} {:>10} {:>7.1} {:>6.1}%{}  {}",
             r.m,
             r.h,
             r.format,
@@ -539,6 +645,7 @@ fn print_table(out: &mut dyn Write, rows: &[Row], do_check: bool) -> Result<(), 
             fmt_us(r.median_us),
             r.gb_per_s,
             r.vs_copy * 100.0,
+            graph,
             check
         )?;
     }

@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 mod backend;
 mod bench;
 mod case;
+#[cfg(feature = "cuda")]
+mod cuda_backend;
 mod info;
 mod verify;
 

@@ -29,7 +29,11 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             c.aligned(),
             hw_e2m1,
             PLAN_SMS,
+            true,
         );
+        // The H200 compiles sm_90 kernels without the NaN fix-up (see Gpu::new).
+        let mut cfg = cfg;
+        cfg.hw_canonical_nan = !hw_e2m1;
         if seen.insert(cfg.describe()) {
             out.push(cfg);
         }
@@ -47,7 +51,15 @@ fn every_sweep_kernel_compiles_without_spills() {
     }
     let mut failures = Vec::new();
     let mut counts = Vec::new();
+    // FP4NORM_COMPILE_ARCHS=sm_90 limits the check (the device build script uses it).
+    let only = std::env::var("FP4NORM_COMPILE_ARCHS").ok();
     for (arch, hw) in [("sm_90", false), ("sm_100a", true)] {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|a| a == arch))
+        {
+            continue;
+        }
         let cfgs = configs(hw);
         let started = std::time::Instant::now();
         let results: Vec<(KernelConfig, Result<nvrtc::ResourceUsage, fp4norm::Error>)> = cfgs

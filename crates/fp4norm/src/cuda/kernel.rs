@@ -61,10 +61,14 @@ pub struct KernelConfig {
     pub gs: GsMode,
     /// Hardware E2M1 conversion (sm_100a-class targets).
     pub hw_e2m1: bool,
+    /// Trust the packed add/cvt to return the canonical NaN 0x7FFF (no fix-up code).
+    pub hw_canonical_nan: bool,
     /// Threads per row.
     pub threads_per_row: u32,
     /// Rows per CTA.
     pub rows_per_cta: u32,
+    /// CTAs per row (a thread-block cluster); 1 = one CTA holds whole rows.
+    pub cluster: u32,
     /// 16-byte vector accesses (false: the element-wise fallback).
     pub aligned: bool,
 }
@@ -72,8 +76,15 @@ pub struct KernelConfig {
 impl KernelConfig {
     /// The fused kernel's configuration for `p`, with the launch shape chosen for the
     /// device (see [`launch_shape`]).
-    pub fn fused(p: &Problem, gs: GsMode, aligned: bool, hw_e2m1: bool, sm_count: u32) -> Self {
-        let (g, r) = launch_shape(p.h, p.m, sm_count);
+    pub fn fused(
+        p: &Problem,
+        gs: GsMode,
+        aligned: bool,
+        hw_e2m1: bool,
+        sm_count: u32,
+        clusters: bool,
+    ) -> Self {
+        let (g, r, c) = launch_shape(p.h, p.block(), p.m, sm_count, clusters);
         KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,
@@ -90,8 +101,10 @@ impl KernelConfig {
                 gs
             },
             hw_e2m1,
+            hw_canonical_nan: false,
             threads_per_row: g,
             rows_per_cta: r,
+            cluster: c,
             aligned,
         }
     }
@@ -120,8 +133,8 @@ impl KernelConfig {
         format!(
             "#define FP4_KIND {}\n#define FP4_F16 {}\n#define FP4_H {}\n#define FP4_BLOCK {}\n#define FP4_UE8M0 {}\n\
              #define FP4_ROW_MAJOR {}\n#define FP4_SWIZZLED {}\n#define FP4_RESIDUAL {}\n\
-             #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_G {}\n\
-             #define FP4_R {}\n#define FP4_VEC_ALIGNED {}\n",
+             #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_HW_CANONICAL_NAN {}\n#define FP4_G {}\n\
+             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n",
             self.kind as u32,
             b(self.dtype == DType::F16),
             self.h,
@@ -137,8 +150,10 @@ impl KernelConfig {
                 GsMode::PerRow => 2,
             },
             b(self.hw_e2m1),
+            b(self.hw_canonical_nan),
             self.threads_per_row,
             self.rows_per_cta,
+            self.cluster,
             b(self.aligned),
         )
     }
@@ -151,7 +166,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} G={} R={} aligned={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} G={} R={} C={} aligned={}",
             self.kind,
             self.dtype,
             self.h,
@@ -163,23 +178,52 @@ impl KernelConfig {
             self.y_out,
             self.gs,
             self.hw_e2m1,
+            self.hw_canonical_nan,
             self.threads_per_row,
             self.rows_per_cta,
+            self.cluster,
             self.aligned
         )
     }
 }
 
-/// Threads per row and rows per CTA for a row of `h` elements.
+/// Threads per row, rows per CTA and CTAs per row for `m` rows of `h` elements in
+/// blocks of `block`.
 ///
-/// Each thread handles 8-element (16-byte) vectors. About four vectors per thread keep
-/// enough loads in flight without tying up registers; rows shorter than a warp's worth
-/// share a CTA so that CTAs stay at least 128 threads.
-pub fn launch_shape(h: usize, _m: usize, _sm_count: u32) -> (u32, u32) {
-    let nv = (h / 8).max(1) as u32;
-    let g = nv.div_ceil(4).div_ceil(32).clamp(1, 32) * 32;
-    let r = (128 / g).max(1);
-    (g, r)
+/// Each thread handles 8-element (16-byte) vectors.
+/// * Many rows (more than SMs): throughput. About four vectors per thread keep enough
+///   loads in flight; rows longer than 16384 elements are split over a cluster of CTAs
+///   of at most 512 threads, so that two CTAs share each SM and one's reduction overlaps
+///   the other's loads. Short rows share a CTA so that CTAs stay at least 128 threads.
+///   (Measured on the H200: splitting 16384-element rows into 2 × 256 threads was
+///   slower than one 512-thread CTA; see BENCHMARKS.md.)
+/// * Few rows: latency. Each row is spread over up to 8 CTAs (a cluster, each on its own
+///   SM) of at most 256 threads and one vector per thread, so no SM works through a
+///   whole row alone.
+pub fn launch_shape(
+    h: usize,
+    block: usize,
+    m: usize,
+    sm_count: u32,
+    clusters: bool,
+) -> (u32, u32, u32) {
+    let nv = (h / 8).max(1);
+    let vpb = (block / 8).max(1);
+    let latency = m <= sm_count as usize;
+    let (per_cta, vectors_per_thread) = if latency { (256, 1) } else { (2048, 4) };
+    let mut c = if clusters {
+        nv.div_ceil(per_cta).clamp(1, 8)
+    } else {
+        1
+    };
+    // Each CTA must own whole scale blocks.
+    while c > 1 && (nv % c != 0 || (nv / c) % vpb != 0) {
+        c -= 1;
+    }
+    let nvc = nv / c;
+    let g = (nvc.div_ceil(vectors_per_thread).div_ceil(32).clamp(1, 32) * 32) as u32;
+    let r = if c > 1 { 1 } else { (128 / g).max(1) };
+    (g, r, c as u32)
 }
 
 /// Where compiled cubins are kept between processes: `FP4NORM_CACHE_DIR`, else

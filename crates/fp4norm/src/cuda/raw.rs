@@ -128,15 +128,44 @@ unsafe fn launch(
     args: &mut [*mut c_void],
     what: &'static str,
 ) -> Result<(), Error> {
+    // SAFETY: forwarded; no cluster.
+    unsafe { launch_clustered(gpu, f, grid, block, 1, stream, args, what) }
+}
+
+/// As [`launch`], in thread-block clusters of `cluster` CTAs when `cluster > 1`
+/// (`grid` must be a multiple of it).
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_clustered(
+    gpu: &Gpu,
+    f: &cudarc::driver::CudaFunction,
+    grid: u32,
+    block: u32,
+    cluster: u32,
+    stream: sys::CUstream,
+    args: &mut [*mut c_void],
+    what: &'static str,
+) -> Result<(), Error> {
     gpu.ctx.bind_to_thread().map_err(|e| Error::Cuda {
         context: "binding the context",
         message: e.to_string(),
     })?;
-    // SAFETY: a zeroed attribute is a valid plain-data value; only the PDL member is set.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    let pdl = gpu.pdl();
+    // SAFETY: zeroed attributes are valid plain-data values; only the members named by
+    // each id are set.
+    let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    let mut n = 0;
+    if gpu.pdl() {
+        attrs[n].id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[n].value.programmaticStreamSerializationAllowed = 1;
+        n += 1;
+    }
+    if cluster > 1 {
+        attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attrs[n].value.clusterDim.x = cluster;
+        attrs[n].value.clusterDim.y = 1;
+        attrs[n].value.clusterDim.z = 1;
+        n += 1;
+    }
     let cfg = sys::CUlaunchConfig {
         gridDimX: grid,
         gridDimY: 1,
@@ -146,8 +175,12 @@ unsafe fn launch(
         blockDimZ: 1,
         sharedMemBytes: 0,
         hStream: stream,
-        attrs: if pdl { &mut attr } else { std::ptr::null_mut() },
-        numAttrs: pdl as u32,
+        attrs: if n > 0 {
+            attrs.as_mut_ptr()
+        } else {
+            std::ptr::null_mut()
+        },
+        numAttrs: n as u32,
     };
     // SAFETY: the caller passes arguments matching the kernel's signature.
     let r = unsafe {
@@ -463,7 +496,7 @@ pub(crate) unsafe fn launch_fused(
         return Ok(());
     }
     let (gs, gs_ptr) = gs_mode(c.global_scale);
-    let cfg = KernelConfig::fused(&p, gs, aligned, gpu.hw_e2m1, gpu.sm_count);
+    let cfg = gpu.config(&p, gs, aligned);
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let (rm, sw) = match c.scales {
         ScaleOut::RowMajor(r) => (r, 0),
@@ -490,18 +523,19 @@ pub(crate) unsafe fn launch_fused(
         eps: p.eps,
         _pad: 0,
     };
-    let grid = rows_total.div_ceil(cfg.rows_per_cta as usize);
+    let grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
     let grid = u32::try_from(grid)
         .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
     let mut args = [&mut params as *mut FusedParams as *mut c_void];
     // SAFETY: the arguments match the kernel's signature (one struct by value) and every
     // pointer in it was checked above; the caller guarantees the memory is live.
     unsafe {
-        launch(
+        launch_clustered(
             gpu,
             &f,
             grid,
             cfg.block_threads(),
+            cfg.cluster,
             stream,
             &mut args,
             "launching fp4norm_fused",
@@ -585,8 +619,10 @@ pub(crate) unsafe fn launch_dequant(
         y_out: false,
         gs,
         hw_e2m1: false,
+        hw_canonical_nan: false,
         threads_per_row: 32,
         rows_per_cta: 1,
+        cluster: 1,
         aligned: true,
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
@@ -655,8 +691,10 @@ pub(crate) unsafe fn launch_copy(
         y_out: false,
         gs: GsMode::None,
         hw_e2m1: false,
+        hw_canonical_nan: false,
         threads_per_row: 32,
         rows_per_cta: 1,
+        cluster: 1,
         aligned: true,
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;

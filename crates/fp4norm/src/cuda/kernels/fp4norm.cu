@@ -20,8 +20,12 @@
 //   FP4_Y_OUT        write y (the normalised values) in the element dtype
 //   FP4_GS           0: global scale 1.0, 1: one value gs[0], 2: one per row gs[row]
 //   FP4_HW_E2M1      use cvt.rn.satfinite.e2m1x2.f32 (sm_100a-class targets only)
+//   FP4_HW_CANONICAL_NAN  the packed add/cvt already return 0x7FFF for NaN (no fix-up)
 //   FP4_G            threads per row (a multiple of 32)
 //   FP4_R            rows per CTA
+//   FP4_C            CTAs per row: >1 splits each row over a thread-block cluster whose
+//                    CTAs exchange partial sums of squares through distributed shared
+//                    memory (sm_90+; FP4_R is then 1)
 //   FP4_VEC_ALIGNED  1: 16-byte vector loads/stores; 0: element-wise path for
 //                    pointers or strides that are not 16-byte aligned
 
@@ -33,7 +37,8 @@ typedef long long i64;
 
 #define NV (FP4_H / 8)                   // 8-element vectors per row
 #define VPB (FP4_BLOCK / 8)              // vectors per scale block
-#define VPT ((NV + FP4_G - 1) / FP4_G)   // vectors per thread
+#define NVC (NV / FP4_C)                 // vectors per CTA (a row is split over FP4_C CTAs)
+#define VPT ((NVC + FP4_G - 1) / FP4_G)  // vectors per thread
 #define NB (FP4_H / FP4_BLOCK)           // blocks per row
 #define NK4 (((NB + 3) / 4) * 4)         // blocks per row, padded to the swizzle tile
 #define WARPS_PER_ROW (FP4_G / 32)
@@ -41,6 +46,10 @@ typedef long long i64;
 // re-reads h from the residual (or x) it has just written (same thread, same addresses).
 #define HOLD_IN_REGS (VPT <= 4 || (VPT <= 8 && FP4_G * FP4_R <= 256))
 #define PASS1_CHUNK (HOLD_IN_REGS ? VPT : 4)
+// With few vectors per thread (the latency-bound shapes), the weight and the global
+// scale are loaded with x and r, so that no second memory round trip follows the
+// reduction; with more, registers are worth more than that latency.
+#define PREFETCH_W (HOLD_IN_REGS && VPT <= 2)
 
 // Kernel arguments (one struct, passed by value; the host mirrors it with #[repr(C)]).
 struct Fp4NormParams {
@@ -74,7 +83,24 @@ __device__ __forceinline__ float elem_to_f32(u32 bits16) {
 #endif
 }
 
-// Two f32 to packed dt (lo in the low 16 bits).
+#if FP4_F16
+#define ELEM_INF_BITS 0x7C00u
+#else
+#define ELEM_INF_BITS 0x7F80u
+#endif
+
+// Any NaN lane of a packed pair becomes the canonical NaN 0x7FFF. Compiled out where the
+// hardware is known to produce it already (FP4_HW_CANONICAL_NAN, checked on the device
+// by the GPU tests' NaN cases).
+__device__ __forceinline__ u32 canonical_nan2(u32 d) {
+#if !FP4_HW_CANONICAL_NAN
+    if ((d & 0x7FFFu) > ELEM_INF_BITS) d = (d & 0xFFFF0000u) | 0x7FFFu;
+    if (((d >> 16) & 0x7FFFu) > ELEM_INF_BITS) d = (d & 0x0000FFFFu) | 0x7FFF0000u;
+#endif
+    return d;
+}
+
+// Two f32 to packed dt (lo in the low 16 bits), RNdt.
 __device__ __forceinline__ u32 f32x2_to_elem(float lo, float hi) {
     u32 d;
 #if FP4_F16
@@ -82,10 +108,21 @@ __device__ __forceinline__ u32 f32x2_to_elem(float lo, float hi) {
 #else
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
 #endif
-    // Canonical NaN for either half (the hardware's NaN bits are not part of the contract).
-    if (lo != lo) d = (d & 0xFFFF0000u) | 0x7FFFu;
-    if (hi != hi) d = (d & 0x0000FFFFu) | 0x7FFF0000u;
-    return d;
+    return canonical_nan2(d);
+}
+
+// h = RNdt(RN32(x + r)) for a packed pair, as one packed add: for two inputs of p
+// significant bits, rounding first to f32 (24 >= 2p + 2 bits) and then to dt gives the
+// same result as rounding the exact sum once (double rounding is innocuous), overflow
+// to Inf included.
+__device__ __forceinline__ u32 add_pair(u32 x, u32 r) {
+    u32 d;
+#if FP4_F16
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(r));
+#else
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(r));
+#endif
+    return canonical_nan2(d);
 }
 
 // ---------------------------------------------------------------------------
@@ -99,16 +136,29 @@ __device__ __forceinline__ u32 e2m1_encode_sw(float v) {
     return (v != v) ? 0x7u : (mag | sign);
 }
 
+// E2M1 for a value that is not NaN, by rounding with the FPU: the E2M1 grid has spacing
+// s = 0.5 on [0, 2), 1 on [2, 4) and 2 on [4, 8); adding C = s * 2^23 makes the f32 adder
+// round |v| to a multiple of s, ties to even (an even multiple is an even code), and the
+// ulps above C count the grid steps. |v| is clamped to 8 first (codes above 7 saturate).
+__device__ __forceinline__ u32 e2m1_encode_fast(float v) {
+    const float a = fminf(fabsf(v), 8.0f);
+    const u32 e = max(__float_as_uint(a) >> 23, 127u);      // binade of a, at least [1, 2)
+    const u32 c_bits = (e + 22u) << 23;                      // C = 2^(e - 105) = s * 2^23
+    const u32 steps = __float_as_uint(__fadd_rn(a, __uint_as_float(c_bits))) - c_bits;
+    const u32 code = min(steps + 2u * (e - 127u), 7u);       // + 2 per binade above [1, 2)
+    return code | ((__float_as_uint(v) >> 28) & 0x8u);
+}
+
 // Eight products y[i] * inv to eight E2M1 codes, nibble i at bits 4i.
+// A product can be NaN only when inv is NaN or infinite (0 * Inf): a block-uniform
+// condition, handled by the spec-literal encoder; every other block takes the fast one.
 __device__ __forceinline__ u32 e2m1_pack8(const float (&y)[8], float inv) {
     float p[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) p[i] = __fmul_rn(y[i], inv);
-#if FP4_HW_E2M1
-    // cvt.rn.satfinite.e2m1x2.f32 d, a, b puts a in the high nibble, b in the low one.
-    // A product is NaN only when inv is NaN or infinite (block-uniform): those blocks
-    // take the software encoder, whose NaN rule is the contract's.
     if ((__float_as_uint(inv) & 0x7F800000u) != 0x7F800000u) {
+#if FP4_HW_E2M1
+        // cvt.rn.satfinite.e2m1x2.f32 d, a, b puts a in the high nibble, b in the low one.
         u32 out = 0;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -118,8 +168,13 @@ __device__ __forceinline__ u32 e2m1_pack8(const float (&y)[8], float inv) {
             out |= b << (8 * j);
         }
         return out;
-    }
+#else
+        u32 out = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) out |= e2m1_encode_fast(p[i]) << (4 * i);
+        return out;
 #endif
+    }
     u32 out = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) out |= e2m1_encode_sw(p[i]) << (4 * i);
@@ -253,6 +308,13 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
     }
 }
 
+// max that propagates NaN (SPEC.md §1.5: a NaN anywhere makes amax NaN).
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+
 __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
@@ -270,7 +332,15 @@ extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R)
 fp4norm_fused(const Fp4NormParams p) {
     const int lane = threadIdx.x % FP4_G;
     const int group = threadIdx.x / FP4_G;
+#if FP4_C > 1
+    u32 rank;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    const i64 row = (i64)blockIdx.x / FP4_C;
+    const int v0 = (int)rank * NVC;  // this CTA's first vector of the row
+#else
     const i64 row = (i64)blockIdx.x * FP4_R + group;
+    const int v0 = 0;
+#endif
     const bool live = row < p.m;
 
 #if __CUDA_ARCH__ >= 900
@@ -286,8 +356,17 @@ fp4norm_fused(const Fp4NormParams p) {
 
     // Pass 1: h = RNdt(x + r), written back to r; partial sum of squares in f64.
     uint4 hv[HOLD_IN_REGS ? VPT : 1];
+#if PREFETCH_W
+    uint4 wv[VPT];
+#endif
+    float gs = 1.0f;
     double ss = 0.0;
     if (live) {
+#if FP4_GS == 1
+        gs = p.gs[0];
+#elif FP4_GS == 2
+        gs = p.gs[row];
+#endif
         const u16* xrow = p.x + row * p.x_stride;
 #if FP4_RESIDUAL
         u16* rrow = p.r + row * p.r_stride;
@@ -301,28 +380,30 @@ fp4norm_fused(const Fp4NormParams p) {
 #endif
 #pragma unroll
             for (int c = 0; c < PASS1_CHUNK; ++c) {
-                const int v = lane + (k0 + c) * FP4_G;
-                if (k0 + c < VPT && v < NV) {
+                const int lv = lane + (k0 + c) * FP4_G;
+                const int v = v0 + lv;
+                if (k0 + c < VPT && lv < NVC) {
                     xv[c] = load_vec_ro(xrow + v * 8);
 #if FP4_RESIDUAL
                     rv[c] = load_vec(rrow + v * 8);
+#endif
+#if PREFETCH_W
+                    wv[k0 + c] = load_weight(p.w + v * 8);
 #endif
                 }
             }
 #pragma unroll
             for (int c = 0; c < PASS1_CHUNK; ++c) {
                 const int k = k0 + c;
-                const int v = lane + k * FP4_G;
-                if (k < VPT && v < NV) {
+                const int lv = lane + k * FP4_G;
+                const int v = v0 + lv;
+                if (k < VPT && lv < NVC) {
 #if FP4_RESIDUAL
-                    float xf[8], rf[8];
-                    unpack8(xv[c], xf);
-                    unpack8(rv[c], rf);
                     uint4 h;
-                    h.x = f32x2_to_elem(__fadd_rn(xf[0], rf[0]), __fadd_rn(xf[1], rf[1]));
-                    h.y = f32x2_to_elem(__fadd_rn(xf[2], rf[2]), __fadd_rn(xf[3], rf[3]));
-                    h.z = f32x2_to_elem(__fadd_rn(xf[4], rf[4]), __fadd_rn(xf[5], rf[5]));
-                    h.w = f32x2_to_elem(__fadd_rn(xf[6], rf[6]), __fadd_rn(xf[7], rf[7]));
+                    h.x = add_pair(xv[c].x, rv[c].x);
+                    h.y = add_pair(xv[c].y, rv[c].y);
+                    h.z = add_pair(xv[c].z, rv[c].z);
+                    h.w = add_pair(xv[c].w, rv[c].w);
                     store_vec(rrow + v * 8, h);
 #else
                     const uint4 h = xv[c];
@@ -357,18 +438,39 @@ fp4norm_fused(const Fp4NormParams p) {
 #pragma unroll
     for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[group][i]);
 #endif
+#if FP4_C > 1
+    // The row's other parts live in the cluster's other CTAs: publish this CTA's sum,
+    // then every CTA adds all of them in rank order (the same rstd everywhere).
+    __shared__ double cluster_part;
+    if (threadIdx.x == 0) cluster_part = ss;
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    {
+        u32 local;
+        asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(&cluster_part));
+        ss = 0.0;
+#pragma unroll
+        for (u32 r = 0; r < FP4_C; ++r) {
+            u32 remote;
+            double part;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
+            asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(part) : "r"(remote) : "memory");
+            ss = __dadd_rn(ss, part);
+        }
+    }
+    // This CTA is done reading the others' shared memory; the matching wait at the end
+    // keeps every CTA's shared memory alive until all have read it.
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
 
     if (live) {
         // rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation.
-        const double mean = __dadd_rn(__ddiv_rn(ss, (double)FP4_H), (double)p.eps);
-        const float rstd = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(mean)));
-#if FP4_GS == 0
-        const float gs = 1.0f;
-#elif FP4_GS == 1
-        const float gs = p.gs[0];
+#if (FP4_H & (FP4_H - 1)) == 0
+        // H a power of two: ss / H is an exact scaling (ss is far from the subnormal range).
+        const double mean = __dadd_rn(__dmul_rn(ss, 1.0 / (double)FP4_H), (double)p.eps);
 #else
-        const float gs = p.gs[row];
+        const double mean = __dadd_rn(__ddiv_rn(ss, (double)FP4_H), (double)p.eps);
 #endif
+        const float rstd = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(mean)));
 #if !HOLD_IN_REGS
         const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
 #endif
@@ -376,10 +478,10 @@ fp4norm_fused(const Fp4NormParams p) {
         // Pass 2: y, block scales, E2M1 codes.
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
-            const int v = lane + k * FP4_G;
-            const bool in_row = v < NV;  // lanes past the row still join the shuffles
+            const int v = v0 + lane + k * FP4_G;
+            const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
             float y[8];
-            u32 amax_bits = 0;
+            float amax = 0.0f;
             if (in_row) {
 #if HOLD_IN_REGS
                 const uint4 h = hv[k];
@@ -388,13 +490,15 @@ fp4norm_fused(const Fp4NormParams p) {
 #endif
                 float hf[8], wf[8];
                 unpack8(h, hf);
+#if PREFETCH_W
+                unpack8(wv[k], wf);
+#else
                 unpack8(load_weight(p.w + v * 8), wf);
+#endif
 #pragma unroll
                 for (int i = 0; i < 8; ++i) {
                     y[i] = __fmul_rn(__fmul_rn(hf[i], rstd), wf[i]);
-                    // |y| bits order like |y|, and NaN bits lie above +Inf: an integer
-                    // max is amax with NaN propagating.
-                    amax_bits = max(amax_bits, __float_as_uint(y[i]) & 0x7FFFFFFFu);
+                    amax = fmax_nan(amax, fabsf(y[i]));
                 }
 #if FP4_Y_OUT
                 uint4 yo;
@@ -409,10 +513,8 @@ fp4norm_fused(const Fp4NormParams p) {
                 for (int i = 0; i < 8; ++i) y[i] = 0.0f;
             }
 #pragma unroll
-            for (int o = 1; o < VPB; o <<= 1)
-                amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, o));
+            for (int o = 1; o < VPB; o <<= 1) amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
             if (!in_row) continue;
-            const float amax = __uint_as_float(amax_bits);
 #if FP4_UE8M0
             const u32 code = ue8m0_ceil_code(__fdiv_rn(amax, 6.0f));
             const float inv = ue8m0_inverse(code);
@@ -440,10 +542,13 @@ fp4norm_fused(const Fp4NormParams p) {
         }
     }
 #if FP4_SWIZZLED
-    else if (row < p.rows_total) {
+    else if (row < p.rows_total && v0 == 0) {
         // Rows m..Mp of the last 128-row tile: scale padding, written as zero.
         for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
     }
+#endif
+#if FP4_C > 1
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
 
@@ -510,12 +615,24 @@ extern "C" __global__ void __launch_bounds__(512) fp4norm_copy(const uint4* __re
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        uint4 v;
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src + i));
-        asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
-                     :: "l"(dst + i), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    // Four independent 16-byte loads in flight per thread, then four stores.
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 base = (i64)blockIdx.x * blockDim.x + threadIdx.x; base < n; base += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const i64 i = base + k * stride;
+            if (i < n)
+                asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w) : "l"(src + i));
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const i64 i = base + k * stride;
+            if (i < n)
+                asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
+                             :: "l"(dst + i), "r"(v[k].x), "r"(v[k].y), "r"(v[k].z), "r"(v[k].w) : "memory");
+        }
     }
 }
 #endif  // FP4_KIND == 2

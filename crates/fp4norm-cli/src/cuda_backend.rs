@@ -1,0 +1,437 @@
+//! The CUDA backend of the CLI: uploads a [`Case`], runs `fp4norm::cuda` through its raw
+//! entry point (as a C++ engine or PyTorch would), times with CUDA events, and also as
+//! CUDA-graph replay.
+
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
+use fp4norm::cuda::{Gpu, RawCall, RawGlobalScale, RawMat};
+use fp4norm::ScaleOut;
+
+use crate::backend::{median, Backend, CopyBaseline, Prepared};
+use crate::case::{Case, Gs, Outputs, OUT_CANARY, Y_OUT_CANARY};
+use crate::CliError;
+
+fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> CliError + '_ {
+    move |e| CliError(format!("CUDA error while {what}: {e}"))
+}
+
+/// One GPU and a stream of its own.
+pub struct CudaBackend {
+    gpu: Gpu,
+    stream: Arc<CudaStream>,
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal`.
+    pub fn open(ordinal: usize) -> Result<Self, CliError> {
+        let gpu = Gpu::new(ordinal).map_err(|e| CliError(e.to_string()))?;
+        // Raw pointers are used throughout; cudarc's per-buffer events would only add
+        // work to each launch (and get in the way of graph capture).
+        unsafe { gpu.context().disable_event_tracking() };
+        let stream = gpu
+            .context()
+            .new_stream()
+            .map_err(cuda_err("creating a stream"))?;
+        Ok(CudaBackend { gpu, stream })
+    }
+
+    /// Times graphs of `pairs` × (1 MiB copy kernel, then the op), with the op launched
+    /// plainly and then with programmatic dependent launch; seconds per pair.
+    fn pdl_pairs(&self, case: &Case) -> Result<(f64, f64), CliError> {
+        const PAIRS: usize = 20;
+        const COPY: usize = 1 << 20;
+        let s = &self.stream;
+        let src: CudaSlice<u8> = s
+            .clone_htod(&vec![1u8; COPY])
+            .map_err(cuda_err("uploading"))?;
+        let dst: CudaSlice<u8> = s.alloc_zeros(COPY).map_err(cuda_err("allocating"))?;
+        let (sp, dp) = (src.device_ptr(s).0, dst.device_ptr(s).0);
+        let prep = CudaPrepared::new(self, case)?;
+        let mut result = [0.0; 2];
+        for (i, pdl) in [false, true].into_iter().enumerate() {
+            let chain = || -> Result<(), CliError> {
+                for _ in 0..PAIRS {
+                    self.gpu.set_programmatic_dependent_launch(false);
+                    unsafe { self.gpu.copy_raw(s.cu_stream(), sp, dp, COPY) }
+                        .map_err(|e| CliError(e.to_string()))?;
+                    self.gpu.set_programmatic_dependent_launch(pdl);
+                    prep.launch().map_err(|e| CliError(e.to_string()))?;
+                }
+                self.gpu.set_programmatic_dependent_launch(false);
+                Ok(())
+            };
+            chain()?; // compile and load outside the capture
+            s.synchronize().map_err(cuda_err("waiting for the GPU"))?;
+            s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(cuda_err("starting capture"))?;
+            let captured = chain();
+            let graph = s
+                .end_capture(sys::CUgraphInstantiate_flags(0))
+                .map_err(cuda_err("ending capture"))?;
+            captured?;
+            let graph = graph.ok_or_else(|| CliError("graph capture produced no graph".into()))?;
+            graph.launch().map_err(cuda_err("replaying a graph"))?;
+            let mut times: Vec<f64> = (0..50)
+                .map(|_| time_events(s, || graph.launch().map_err(cuda_err("replaying a graph"))))
+                .collect::<Result<_, _>>()?;
+            result[i] = median(&mut times) / PAIRS as f64;
+        }
+        Ok((result[0], result[1]))
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} (cuda:{}, {}, {} SMs, E2M1 {})",
+            self.gpu.name(),
+            self.gpu.ordinal(),
+            self.gpu.arch(),
+            self.gpu.sm_count(),
+            if self.gpu.hardware_e2m1() {
+                "hardware cvt"
+            } else {
+                "software"
+            }
+        )
+    }
+
+    fn clock(&self) -> &'static str {
+        "CUDA events"
+    }
+
+    fn prepare<'a>(&'a self, case: &'a Case) -> Result<Box<dyn Prepared + 'a>, CliError> {
+        CudaPrepared::new(self, case).map(|p| Box::new(p) as Box<dyn Prepared + 'a>)
+    }
+
+    fn pdl_chain(&self, case: &Case) -> Option<Result<(f64, f64), CliError>> {
+        Some(self.pdl_pairs(case))
+    }
+
+    fn copy_baseline(&self, bytes: usize, reps: usize) -> Result<CopyBaseline, CliError> {
+        let bytes = bytes / 16 * 16;
+        let s = &self.stream;
+        let src: CudaSlice<u8> = s
+            .clone_htod(&vec![0x3Cu8; bytes])
+            .map_err(cuda_err("uploading"))?;
+        let dst: CudaSlice<u8> = s.alloc_zeros(bytes).map_err(cuda_err("allocating"))?;
+        let (sp, dp) = (src.device_ptr(s).0, dst.device_ptr(s).0);
+        let copy = || {
+            unsafe { self.gpu.copy_raw(s.cu_stream(), sp, dp, bytes) }
+                .map_err(|e| CliError(e.to_string()))
+        };
+        for _ in 0..3 {
+            copy()?;
+        }
+        // The yardstick is the faster of our SM copy kernel and the driver's device-to-
+        // device memcpy, each the median of `reps` copies.
+        let driver_copy = || -> Result<(), CliError> {
+            let r = unsafe { sys::cuMemcpyDtoDAsync_v2(dp, sp, bytes, s.cu_stream()) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(CliError(format!("cuMemcpyDtoDAsync: {r:?}")));
+            }
+            Ok(())
+        };
+        driver_copy()?;
+        let mut kernel_times = Vec::with_capacity(reps);
+        let mut driver_times = Vec::with_capacity(reps);
+        for _ in 0..reps.max(1) {
+            kernel_times.push(time_events(s, || copy())?);
+            driver_times.push(time_events(s, driver_copy)?);
+        }
+        let (k, d) = (median(&mut kernel_times), median(&mut driver_times));
+        let mut times = if k <= d { kernel_times } else { driver_times };
+        let median_s = median(&mut times);
+        Ok(CopyBaseline {
+            buffer_bytes: bytes,
+            bytes_per_copy: 2 * bytes,
+            reps: times.len(),
+            median_s,
+            gb_per_s: 2.0 * bytes as f64 / median_s / 1e9,
+        })
+    }
+}
+
+/// Seconds between two events recorded around `f` on `stream`.
+fn time_events(
+    stream: &Arc<CudaStream>,
+    f: impl FnOnce() -> Result<(), CliError>,
+) -> Result<f64, CliError> {
+    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = stream
+        .record_event(flags)
+        .map_err(cuda_err("recording an event"))?;
+    f()?;
+    let end = stream
+        .record_event(flags)
+        .map_err(cuda_err("recording an event"))?;
+    end.synchronize().map_err(cuda_err("waiting for the GPU"))?;
+    Ok(start.elapsed_ms(&end).map_err(cuda_err("reading events"))? as f64 * 1e-3)
+}
+
+struct CudaPrepared<'a> {
+    be: &'a CudaBackend,
+    case: &'a Case,
+    _x: CudaSlice<u16>,
+    residual: Option<CudaSlice<u16>>,
+    _w: CudaSlice<u16>,
+    _gs: CudaSlice<f32>,
+    y_fp4: CudaSlice<u8>,
+    row_major: Option<CudaSlice<u8>>,
+    swizzled: Option<CudaSlice<u8>>,
+    y_out: Option<CudaSlice<u16>>,
+    call: RawCall,
+}
+
+impl<'a> CudaPrepared<'a> {
+    fn new(be: &'a CudaBackend, case: &'a Case) -> Result<Self, CliError> {
+        let s = &be.stream;
+        let up16 = |v: &[u16]| -> Result<CudaSlice<u16>, CliError> {
+            if v.is_empty() {
+                s.alloc_zeros(1).map_err(cuda_err("allocating"))
+            } else {
+                s.clone_htod(v).map_err(cuda_err("uploading"))
+            }
+        };
+        let up8 = |n: usize, fill: u8| -> Result<CudaSlice<u8>, CliError> {
+            s.clone_htod(&vec![fill; n.max(1)])
+                .map_err(cuda_err("uploading"))
+        };
+        let init = Outputs::initial(case);
+        let x = up16(&case.x)?;
+        let residual = case.residual.as_deref().map(up16).transpose()?;
+        let w = up16(&case.w)?;
+        let gs_host: Vec<f32> = match &case.gs {
+            Gs::Uniform(g) => vec![*g],
+            Gs::PerRow(v) if v.is_empty() => vec![0.0],
+            Gs::PerRow(v) => v.clone(),
+        };
+        let gs = s.clone_htod(&gs_host).map_err(cuda_err("uploading"))?;
+        let y_fp4 = up8(init.y_fp4.len(), OUT_CANARY)?;
+        let row_major = init
+            .row_major
+            .as_ref()
+            .map(|v| up8(v.len(), OUT_CANARY))
+            .transpose()?;
+        let swizzled = init
+            .swizzled
+            .as_ref()
+            .map(|v| up8(v.len(), OUT_CANARY))
+            .transpose()?;
+        let y_out = init
+            .y_out
+            .as_ref()
+            .map(|v| up16(&vec![Y_OUT_CANARY; v.len()]))
+            .transpose()?;
+
+        let ptr16 = |b: &CudaSlice<u16>| b.device_ptr(s).0;
+        let ptr8 = |b: &CudaSlice<u8>| b.device_ptr(s).0;
+        let mat = |b: &CudaSlice<u16>, len: usize| RawMat {
+            ptr: ptr16(b),
+            rows: case.m,
+            cols: case.h,
+            row_stride: case.stride,
+            len: Some(len),
+        };
+        let scales = match (&row_major, &swizzled) {
+            (Some(r), Some(sw)) => ScaleOut::Both {
+                row_major: ptr8(r),
+                swizzled: ptr8(sw),
+            },
+            (Some(r), None) => ScaleOut::RowMajor(ptr8(r)),
+            (None, Some(sw)) => ScaleOut::Swizzled(ptr8(sw)),
+            (None, None) => return Err(CliError("a case needs a scale layout".into())),
+        };
+        let call = RawCall {
+            dtype: case.dtype,
+            x: mat(&x, case.x.len()),
+            residual: residual.as_ref().map(|r| mat(r, case.x.len())),
+            weight: ptr16(&w),
+            weight_len: Some(case.w.len()),
+            y_fp4: ptr8(&y_fp4),
+            y_fp4_len: Some(init.y_fp4.len()),
+            scales,
+            scale_lens: (
+                init.row_major.as_ref().map(Vec::len),
+                init.swizzled.as_ref().map(Vec::len),
+            ),
+            y_out: y_out
+                .as_ref()
+                .map(|y| mat(y, init.y_out.as_ref().map_or(0, Vec::len))),
+            global_scale: match case.gs {
+                Gs::Uniform(_) => RawGlobalScale::Uniform(ptr8_f32(&gs, s)),
+                Gs::PerRow(_) => RawGlobalScale::PerRow(ptr8_f32(&gs, s)),
+            },
+            global_scale_len: Some(match &case.gs {
+                Gs::Uniform(_) => 1,
+                Gs::PerRow(v) => v.len(),
+            }),
+            options: case.opts,
+        };
+        Ok(CudaPrepared {
+            be,
+            case,
+            _x: x,
+            residual,
+            _w: w,
+            _gs: gs,
+            y_fp4,
+            row_major,
+            swizzled,
+            y_out,
+            call,
+        })
+    }
+
+    fn launch(&self) -> Result<(), fp4norm::Error> {
+        unsafe {
+            self.be
+                .gpu
+                .launch_raw(self.be.stream.cu_stream(), &self.call)
+        }
+    }
+
+    /// Seconds per call when `per_graph` calls are captured in one CUDA graph and the
+    /// graph is replayed `replays` times (launch overhead mostly gone, as in an engine
+    /// that captures its decode step).
+    fn graph_times(&mut self, per_graph: usize, replays: usize) -> Result<Vec<f64>, CliError> {
+        let s = &self.be.stream;
+        self.launch().map_err(|e| CliError(e.to_string()))?; // compile + load before capture
+        s.synchronize().map_err(cuda_err("waiting for the GPU"))?;
+        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda_err("starting capture"))?;
+        let mut launched = Ok(());
+        for _ in 0..per_graph {
+            launched = launched.and(self.launch());
+        }
+        let graph = s
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(cuda_err("ending capture"))?;
+        launched.map_err(|e| CliError(e.to_string()))?;
+        let graph = graph.ok_or_else(|| CliError("graph capture produced no graph".into()))?;
+        graph.launch().map_err(cuda_err("replaying a graph"))?; // warm
+        let mut out = Vec::with_capacity(replays);
+        for _ in 0..replays {
+            let t = time_events(s, || graph.launch().map_err(cuda_err("replaying a graph")))?;
+            out.push(t / per_graph as f64);
+        }
+        Ok(out)
+    }
+}
+
+fn ptr8_f32(b: &CudaSlice<f32>, s: &Arc<CudaStream>) -> u64 {
+    b.device_ptr(s).0
+}
+
+impl Prepared for CudaPrepared<'_> {
+    fn run_once(&mut self) -> Result<(), fp4norm::Error> {
+        self.launch()
+    }
+
+    fn reset(&mut self) -> Result<(), CliError> {
+        let s = &self.be.stream;
+        if let (Some(d), Some(h)) = (self.residual.as_mut(), self.case.residual.as_ref()) {
+            if !h.is_empty() {
+                s.memcpy_htod(h, d).map_err(cuda_err("uploading"))?;
+            }
+        }
+        let poison = |b: &mut CudaSlice<u8>| unsafe {
+            sys::cuMemsetD8Async(b.device_ptr(s).0, OUT_CANARY, b.len(), s.cu_stream())
+        };
+        for b in [
+            Some(&mut self.y_fp4),
+            self.row_major.as_mut(),
+            self.swizzled.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let r = poison(b);
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(CliError(format!("cuMemsetD8Async: {r:?}")));
+            }
+        }
+        if let Some(y) = self.y_out.as_mut() {
+            let r = unsafe {
+                sys::cuMemsetD16Async(y.device_ptr(s).0, Y_OUT_CANARY, y.len(), s.cu_stream())
+            };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(CliError(format!("cuMemsetD16Async: {r:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn outputs(&self) -> Result<Outputs, CliError> {
+        let s = &self.be.stream;
+        let init = Outputs::initial(self.case);
+        let down8 = |b: &CudaSlice<u8>, n: usize| -> Result<Vec<u8>, CliError> {
+            let mut v = s.clone_dtoh(b).map_err(cuda_err("downloading"))?;
+            v.truncate(n);
+            Ok(v)
+        };
+        let down16 = |b: &CudaSlice<u16>, n: usize| -> Result<Vec<u16>, CliError> {
+            let mut v = s.clone_dtoh(b).map_err(cuda_err("downloading"))?;
+            v.truncate(n);
+            Ok(v)
+        };
+        Ok(Outputs {
+            y_fp4: down8(&self.y_fp4, init.y_fp4.len())?,
+            row_major: match (&self.row_major, &init.row_major) {
+                (Some(b), Some(v)) => Some(down8(b, v.len())?),
+                _ => None,
+            },
+            swizzled: match (&self.swizzled, &init.swizzled) {
+                (Some(b), Some(v)) => Some(down8(b, v.len())?),
+                _ => None,
+            },
+            residual: match (&self.residual, &self.case.residual) {
+                (Some(b), Some(v)) => Some(down16(b, v.len())?),
+                _ => None,
+            },
+            y_out: match (&self.y_out, &init.y_out) {
+                (Some(b), Some(v)) => Some(down16(b, v.len())?),
+                _ => None,
+            },
+        })
+    }
+
+    fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError> {
+        Ok(self.outputs()?.rows(self.case, start, len))
+    }
+
+    fn time(&mut self, warmup: usize, reps: usize) -> Result<Vec<f64>, CliError> {
+        let s = self.be.stream.clone();
+        for _ in 0..warmup {
+            self.launch().map_err(|e| CliError(e.to_string()))?;
+        }
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            times.push(time_events(&s, || {
+                self.launch().map_err(|e| CliError(e.to_string()))
+            })?);
+        }
+        Ok(times)
+    }
+
+    fn time_graph(
+        &mut self,
+        per_graph: usize,
+        replays: usize,
+    ) -> Option<Result<Vec<f64>, CliError>> {
+        Some(self.graph_times(per_graph, replays))
+    }
+}
+
+// The device buffers (x, w, gs included) live as long as the call that points at them;
+// wait for queued work before they are freed.
+impl Drop for CudaPrepared<'_> {
+    fn drop(&mut self) {
+        let _ = self.be.stream.synchronize();
+    }
+}
