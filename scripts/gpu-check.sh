@@ -45,6 +45,12 @@ if has bench; then
   summary+=("bench: see bench.log")
 fi
 
+if has layouts; then
+  echo "== layouts and y_out: cost next to row-major"
+  "$bin/fp4norm" bench --device cuda --m 1024,16384 --h 4096,8192 --layout row-major,swizzled,both --json "$out/layouts.json" 2>&1 | tee "$out/layouts.log" | grep -v "^\[" | tail -30
+  "$bin/fp4norm" bench --device cuda --m 1024,16384 --h 4096,8192 --layout row-major --y-out --json "$out/yout.json" 2>&1 | tee "$out/yout.log" | grep -v "^\[" | tail -12
+fi
+
 if has peers; then
   echo "== Triton / torch.compile peers"
   python3 .artifacts/peers/triton_peer.py ${PEER_SHAPES:-} 2>&1 | grep -v agreement | tee "$out/peers.log" | tail -40

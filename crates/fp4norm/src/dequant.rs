@@ -71,9 +71,16 @@ pub fn dequantize(
                 for i in blk * b..(blk + 1) * b {
                     let nibble = (q[i / 2] >> (4 * (i % 2))) & 0xF;
                     let e = e2m1_decode(nibble);
-                    o[i] = match format.scale {
+                    let v = match format.scale {
                         ScaleFormat::E4M3 => (e * e4m3_decode(code)) / gs,
                         ScaleFormat::UE8M0 => e * ue8m0_decode(code),
+                    };
+                    // NaN as the canonical 0x7FFFFFFF, what the GPU's f32 arithmetic
+                    // returns, so that every backend writes the same bytes.
+                    o[i] = if v.is_nan() {
+                        f32::from_bits(0x7FFF_FFFF)
+                    } else {
+                        v
                     };
                 }
             }

@@ -69,6 +69,8 @@ pub struct KernelConfig {
     pub rows_per_cta: u32,
     /// CTAs per row (a thread-block cluster); 1 = one CTA holds whole rows.
     pub cluster: u32,
+    /// Software-pipelined row loop over a persistent grid.
+    pub pipelined: bool,
     /// 16-byte vector accesses (false: the element-wise fallback).
     pub aligned: bool,
 }
@@ -84,7 +86,7 @@ impl KernelConfig {
         sm_count: u32,
         clusters: bool,
     ) -> Self {
-        let (g, r, c) = launch_shape(p.h, p.block(), p.m, sm_count, clusters);
+        let (g, r, c, pipelined) = launch_shape(p.h, p.block(), p.m, sm_count, clusters);
         KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,
@@ -105,6 +107,7 @@ impl KernelConfig {
             threads_per_row: g,
             rows_per_cta: r,
             cluster: c,
+            pipelined,
             aligned,
         }
     }
@@ -134,7 +137,7 @@ impl KernelConfig {
             "#define FP4_KIND {}\n#define FP4_F16 {}\n#define FP4_H {}\n#define FP4_BLOCK {}\n#define FP4_UE8M0 {}\n\
              #define FP4_ROW_MAJOR {}\n#define FP4_SWIZZLED {}\n#define FP4_RESIDUAL {}\n\
              #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_HW_CANONICAL_NAN {}\n#define FP4_G {}\n\
-             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n",
+             #define FP4_R {}\n#define FP4_C {}\n#define FP4_PIPELINE {}\n#define FP4_VEC_ALIGNED {}\n",
             self.kind as u32,
             b(self.dtype == DType::F16),
             self.h,
@@ -154,6 +157,7 @@ impl KernelConfig {
             self.threads_per_row,
             self.rows_per_cta,
             self.cluster,
+            b(self.pipelined),
             b(self.aligned),
         )
     }
@@ -166,7 +170,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} G={} R={} C={} aligned={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} G={} R={} C={} pipe={} aligned={}",
             self.kind,
             self.dtype,
             self.h,
@@ -182,6 +186,7 @@ impl KernelConfig {
             self.threads_per_row,
             self.rows_per_cta,
             self.cluster,
+            self.pipelined,
             self.aligned
         )
     }
@@ -191,31 +196,51 @@ impl KernelConfig {
 /// blocks of `block`.
 ///
 /// Each thread handles 8-element (16-byte) vectors.
+/// * Many short rows (H <= 6144): a persistent grid of CTAs that loop over rows, two
+///   vectors per thread, loading the next row while the current one is reduced and
+///   quantised (the per-row serial part — reductions, f64 rstd — is then hidden).
 /// * Many rows (more than SMs): throughput. About four vectors per thread keep enough
-///   loads in flight; rows longer than 16384 elements are split over a cluster of CTAs
-///   of at most 512 threads, so that two CTAs share each SM and one's reduction overlaps
-///   the other's loads. Short rows share a CTA so that CTAs stay at least 128 threads.
-///   (Measured on the H200: splitting 16384-element rows into 2 × 256 threads was
-///   slower than one 512-thread CTA; see BENCHMARKS.md.)
-/// * Few rows: latency. Each row is spread over up to 8 CTAs (a cluster, each on its own
-///   SM) of at most 256 threads and one vector per thread, so no SM works through a
-///   whole row alone.
+///   loads in flight; rows up to 16384 elements get one CTA, longer ones a cluster of
+///   256-thread CTAs. Short rows share a CTA so that CTAs stay at least 128 threads.
+///   (Measured on the H200, see BENCHMARKS.md: 16384-element rows split 2 × 256 were
+///   slower than one 512-thread CTA, and 32768-element rows split 2 × 512 slower than
+///   4 × 256.)
+/// * Few rows: latency. Each row is spread over `SMs / M` CTAs (at most 8, a cluster,
+///   each on its own SM) with one vector per thread, so the rows together cover the
+///   SMs and no SM works through a whole row alone.
 pub fn launch_shape(
     h: usize,
     block: usize,
     m: usize,
     sm_count: u32,
     clusters: bool,
-) -> (u32, u32, u32) {
+) -> (u32, u32, u32, bool) {
     let nv = (h / 8).max(1);
     let vpb = (block / 8).max(1);
-    let latency = m <= sm_count as usize;
-    let (per_cta, vectors_per_thread) = if latency { (256, 1) } else { (2048, 4) };
-    let mut c = if clusters {
-        nv.div_ceil(per_cta).clamp(1, 8)
+    let sms = sm_count.max(1) as usize;
+    let latency = m <= sms;
+    // Throughput, short rows (H <= 6144): two vectors per thread in a pipelined row loop.
+    let pipelined = !latency && nv <= 768;
+    let (mut c, vectors_per_thread) = if latency {
+        // Latency: enough CTAs per row that all rows together cover the SMs.
+        ((sms / m.max(1)).clamp(1, 8), 1)
+    } else if pipelined {
+        (1, 2)
     } else {
-        1
+        // Throughput: one CTA per row up to 2048 vectors (H = 16384); longer rows in
+        // CTAs of 1024 vectors.
+        (
+            if nv <= 2048 {
+                1
+            } else {
+                nv.div_ceil(1024).clamp(1, 8)
+            },
+            4,
+        )
     };
+    if !clusters {
+        c = 1;
+    }
     // Each CTA must own whole scale blocks.
     while c > 1 && (nv % c != 0 || (nv / c) % vpb != 0) {
         c -= 1;
@@ -223,7 +248,7 @@ pub fn launch_shape(
     let nvc = nv / c;
     let g = (nvc.div_ceil(vectors_per_thread).div_ceil(32).clamp(1, 32) * 32) as u32;
     let r = if c > 1 { 1 } else { (128 / g).max(1) };
-    (g, r, c as u32)
+    (g, r, c as u32, pipelined)
 }
 
 /// Where compiled cubins are kept between processes: `FP4NORM_CACHE_DIR`, else
@@ -327,7 +352,7 @@ pub fn compile_and_report(cfg: &KernelConfig, arch: &str) -> Result<nvrtc::Resou
     })
 }
 
-type Slot = Arc<OnceLock<Result<CudaFunction, String>>>;
+type Slot = Arc<OnceLock<Result<(CudaFunction, u32), String>>>;
 
 /// Loaded kernels of one device, one entry per specialisation. Concurrent callers asking
 /// for the same specialisation wait for a single compile.
@@ -337,13 +362,14 @@ pub struct KernelCache {
 }
 
 impl KernelCache {
-    /// The loaded function for `cfg`, compiling and loading it on first use.
+    /// The loaded function for `cfg`, compiling and loading it on first use, and how many
+    /// CTAs of it fit on one SM.
     pub fn get(
         &self,
         ctx: &Arc<CudaContext>,
         arch: &str,
         cfg: &KernelConfig,
-    ) -> Result<CudaFunction, Error> {
+    ) -> Result<(CudaFunction, u32), Error> {
         nvrtc::ensure_loaded()?;
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
@@ -354,9 +380,23 @@ impl KernelCache {
             let module = ctx
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(|e| format!("loading {}: {e}", cfg.describe()))?;
-            module
+            let f = module
                 .load_function(cfg.function_name())
-                .map_err(|e| format!("{}: {e}", cfg.function_name()))
+                .map_err(|e| format!("{}: {e}", cfg.function_name()))?;
+            let mut per_sm = 0i32;
+            // SAFETY: an out-parameter and a live function handle.
+            let r = unsafe {
+                cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut per_sm,
+                    f.cu_function(),
+                    cfg.block_threads() as i32,
+                    0,
+                )
+            };
+            if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                return Err(format!("occupancy of {}: {r:?}", cfg.function_name()));
+            }
+            Ok((f, per_sm.max(1) as u32))
         })
         .clone()
         .map_err(|log| Error::Compile {

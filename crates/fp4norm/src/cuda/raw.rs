@@ -497,7 +497,6 @@ pub(crate) unsafe fn launch_fused(
     }
     let (gs, gs_ptr) = gs_mode(c.global_scale);
     let cfg = gpu.config(&p, gs, aligned);
-    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let (rm, sw) = match c.scales {
         ScaleOut::RowMajor(r) => (r, 0),
         ScaleOut::Swizzled(s) => (0, s),
@@ -523,7 +522,12 @@ pub(crate) unsafe fn launch_fused(
         eps: p.eps,
         _pad: 0,
     };
-    let grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
+    let (f, ctas_per_sm) = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    let mut grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
+    if cfg.pipelined {
+        // A persistent grid: every CTA loops over rows; exactly the CTAs that fit at once.
+        grid = grid.min(gpu.sm_count as usize * ctas_per_sm as usize);
+    }
     let grid = u32::try_from(grid)
         .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
     let mut args = [&mut params as *mut FusedParams as *mut c_void];
@@ -623,9 +627,10 @@ pub(crate) unsafe fn launch_dequant(
         threads_per_row: 32,
         rows_per_cta: 1,
         cluster: 1,
+        pipelined: false,
         aligned: true,
     };
-    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    let (f, _) = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let mut params = DequantParams {
         q: c.y_fp4,
         sf,
@@ -695,9 +700,10 @@ pub(crate) unsafe fn launch_copy(
         threads_per_row: 32,
         rows_per_cta: 1,
         cluster: 1,
+        pipelined: false,
         aligned: true,
     };
-    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    let (f, _) = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let mut n = (bytes / 16) as i64;
     let (mut s, mut d) = (src, dst);
     let grid = gpu.sm_count * 4;

@@ -23,6 +23,8 @@
 //   FP4_HW_CANONICAL_NAN  the packed add/cvt already return 0x7FFF for NaN (no fix-up)
 //   FP4_G            threads per row (a multiple of 32)
 //   FP4_R            rows per CTA
+//   FP4_PIPELINE     loop over rows, loading the next row during the current one (the
+//                    host then launches a persistent grid)
 //   FP4_C            CTAs per row: >1 splits each row over a thread-block cluster whose
 //                    CTAs exchange partial sums of squares through distributed shared
 //                    memory (sm_90+; FP4_R is then 1)
@@ -328,225 +330,292 @@ __device__ __forceinline__ double warp_sum(double v) {
 // their block maximum with one or two shuffles.
 
 #if FP4_KIND == 0
-extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R)
+// With whole rows in registers and one CTA per row group (no cluster), a CTA loops over
+// rows (the host sizes a persistent grid) and issues the next row's loads before it
+// reduces and quantises the current one, so its loads stay in flight through the
+// reduction, the f64 rstd and the quantisation.
+#define PIPELINE (FP4_PIPELINE && FP4_C == 1 && HOLD_IN_REGS)
+
+// Loads one row's x and r vectors (and its global scale) into registers.
+__device__ __forceinline__ void load_row(const Fp4NormParams& p, i64 row, int lane, uint4 (&xv)[VPT], uint4 (&rv)[VPT], float& gs) {
+    const u16* xrow = p.x + row * p.x_stride;
+#if FP4_RESIDUAL
+    const u16* rrow = p.r + row * p.r_stride;
+#endif
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int v = lane + k * FP4_G;
+        if (v < NVC) {
+            xv[k] = load_vec_ro(xrow + v * 8);
+#if FP4_RESIDUAL
+            rv[k] = load_vec(rrow + v * 8);
+#endif
+        }
+    }
+#if FP4_GS == 1
+    gs = p.gs[0];
+#elif FP4_GS == 2
+    gs = p.gs[row];
+#endif
+}
+
+// h = RNdt(x + r) (written back to r) for vector v; adds its squares to ss.
+__device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, int v, uint4 x, uint4 r, double& ss) {
+#if FP4_RESIDUAL
+    uint4 h;
+    h.x = add_pair(x.x, r.x);
+    h.y = add_pair(x.y, r.y);
+    h.z = add_pair(x.z, r.z);
+    h.w = add_pair(x.w, r.w);
+    store_vec(p.r + row * p.r_stride + v * 8, h);
+#else
+    const uint4 h = x;
+#endif
+    float hf[8];
+    unpack8(h, hf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const double d = (double)hf[i];
+        ss = __fma_rn(d, d, ss);  // the square is exact in f64, so fma == mul + add
+    }
+    return h;
+}
+
+// The pipelined kernel asks for 768 resident threads per SM (at most 85 registers), so
+// that enough rows are in flight; the compiler must fit the next row's loads in that.
+#if PIPELINE
+#define MIN_CTAS_PER_SM (768 / (FP4_G * FP4_R) > 0 ? 768 / (FP4_G * FP4_R) : 1)
+#else
+#define MIN_CTAS_PER_SM 1
+#endif
+
+extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R, MIN_CTAS_PER_SM)
 fp4norm_fused(const Fp4NormParams p) {
     const int lane = threadIdx.x % FP4_G;
     const int group = threadIdx.x / FP4_G;
 #if FP4_C > 1
     u32 rank;
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    const i64 row = (i64)blockIdx.x / FP4_C;
+    i64 row = (i64)blockIdx.x / FP4_C;
     const int v0 = (int)rank * NVC;  // this CTA's first vector of the row
+    i64 base = row;                  // one row per cluster, one iteration
+    const i64 step = 0;
 #else
-    const i64 row = (i64)blockIdx.x * FP4_R + group;
+    i64 base = (i64)blockIdx.x * FP4_R;  // first row of this CTA's row group, per iteration
+    const i64 step = (i64)gridDim.x * FP4_R;
+    i64 row = base + group;
     const int v0 = 0;
 #endif
-    const bool live = row < p.m;
 
 #if __CUDA_ARCH__ >= 900
     // Programmatic dependent launch: when launched with it, this grid may start while the
-    // previous kernel finishes; wait here until that kernel's writes (x, r) are visible.
-    // A no-op for a normal launch.
+    // previous kernel finishes; wait here until that kernel's writes (x, r, gs) are
+    // visible. A no-op for a normal launch.
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 
 #if WARPS_PER_ROW > 1
-    __shared__ double partial[FP4_R][WARPS_PER_ROW];
+    // Two buffers, alternating between rows: one barrier per row suffices.
+    __shared__ double partial[2][FP4_R][WARPS_PER_ROW];
+#endif
+#if PREFETCH_W
+    // The weight does not depend on the row: loaded once per CTA.
+    uint4 wv[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+        if (lane + k * FP4_G < NVC) wv[k] = load_weight(p.w + (v0 + lane + k * FP4_G) * 8);
+#endif
+#if PIPELINE
+    uint4 xv[VPT], rv[VPT];
+    float gs_next = 1.0f;
+    if (row < p.m) load_row(p, row, lane, xv, rv, gs_next);
 #endif
 
-    // Pass 1: h = RNdt(x + r), written back to r; partial sum of squares in f64.
-    uint4 hv[HOLD_IN_REGS ? VPT : 1];
-#if PREFETCH_W
-    uint4 wv[VPT];
-#endif
-    float gs = 1.0f;
-    double ss = 0.0;
-    if (live) {
-#if FP4_GS == 1
-        gs = p.gs[0];
-#elif FP4_GS == 2
-        gs = p.gs[row];
-#endif
-        const u16* xrow = p.x + row * p.x_stride;
-#if FP4_RESIDUAL
-        u16* rrow = p.r + row * p.r_stride;
-#endif
-        // Loads first, so up to PASS1_CHUNK (x2) 16-byte loads per thread are in flight at once.
+    for (int it = 0; base < p.rows_total; ++it) {
+        const bool live = row < p.m;
+        uint4 hv[HOLD_IN_REGS ? VPT : 1];
+        double ss = 0.0;
+        float gs = 1.0f;
+#if PIPELINE
+        // Pass 1 from the registers loaded in the previous iteration.
+        gs = gs_next;
+        if (live) {
 #pragma unroll
-        for (int k0 = 0; k0 < VPT; k0 += PASS1_CHUNK) {
-            uint4 xv[PASS1_CHUNK];
-#if FP4_RESIDUAL
-            uint4 rv[PASS1_CHUNK];
-#endif
-#pragma unroll
-            for (int c = 0; c < PASS1_CHUNK; ++c) {
-                const int lv = lane + (k0 + c) * FP4_G;
-                const int v = v0 + lv;
-                if (k0 + c < VPT && lv < NVC) {
-                    xv[c] = load_vec_ro(xrow + v * 8);
-#if FP4_RESIDUAL
-                    rv[c] = load_vec(rrow + v * 8);
-#endif
-#if PREFETCH_W
-                    wv[k0 + c] = load_weight(p.w + v * 8);
-#endif
-                }
+            for (int k = 0; k < VPT; ++k) {
+                const int v = lane + k * FP4_G;
+                if (v < NVC) hv[k] = residual_add(p, row, v, xv[k], rv[k], ss);
             }
-#pragma unroll
-            for (int c = 0; c < PASS1_CHUNK; ++c) {
-                const int k = k0 + c;
-                const int lv = lane + k * FP4_G;
-                const int v = v0 + lv;
-                if (k < VPT && lv < NVC) {
-#if FP4_RESIDUAL
-                    uint4 h;
-                    h.x = add_pair(xv[c].x, rv[c].x);
-                    h.y = add_pair(xv[c].y, rv[c].y);
-                    h.z = add_pair(xv[c].z, rv[c].z);
-                    h.w = add_pair(xv[c].w, rv[c].w);
-                    store_vec(rrow + v * 8, h);
+        }
+        // The next row's loads go out now and land while this row is finished.
+        if (row + step < p.m && step != 0) load_row(p, row + step, lane, xv, rv, gs_next);
 #else
-                    const uint4 h = xv[c];
+        if (live) {
+#if FP4_GS == 1
+            gs = p.gs[0];
+#elif FP4_GS == 2
+            gs = p.gs[row];
 #endif
-                    float hf[8];
-                    unpack8(h, hf);
+            const u16* xrow = p.x + row * p.x_stride;
+#if FP4_RESIDUAL
+            const u16* rrow = p.r + row * p.r_stride;
+#endif
+            // Loads first, so up to PASS1_CHUNK (x2) 16-byte loads per thread are in flight.
 #pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        const double d = (double)hf[i];
-                        ss = __fma_rn(d, d, ss);  // the square is exact in f64, so fma == mul + add
-                    }
-#if HOLD_IN_REGS
-                    hv[k] = h;
+            for (int k0 = 0; k0 < VPT; k0 += PASS1_CHUNK) {
+                uint4 xc[PASS1_CHUNK], rc[PASS1_CHUNK];
+#pragma unroll
+                for (int c = 0; c < PASS1_CHUNK; ++c) {
+                    const int lv = lane + (k0 + c) * FP4_G;
+                    if (k0 + c < VPT && lv < NVC) {
+                        xc[c] = load_vec_ro(xrow + (v0 + lv) * 8);
+#if FP4_RESIDUAL
+                        rc[c] = load_vec(rrow + (v0 + lv) * 8);
 #endif
+                    }
+                }
+#pragma unroll
+                for (int c = 0; c < PASS1_CHUNK; ++c) {
+                    const int k = k0 + c;
+                    const int lv = lane + k * FP4_G;
+                    if (k < VPT && lv < NVC) {
+                        const uint4 h = residual_add(p, row, v0 + lv, xc[c], rc[c], ss);
+#if HOLD_IN_REGS
+                        hv[k] = h;
+#endif
+                    }
                 }
             }
         }
-    }
+#endif
 
 #if __CUDA_ARCH__ >= 900
-    // Every load is issued: let the next kernel (if launched with PDL) get scheduled. It
-    // still waits for this grid's completion before it reads anything.
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        // This CTA's first loads are issued: let the next kernel (if launched with PDL) get
+        // scheduled. It still waits for this grid's completion before it reads anything.
+        if (it == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 
-    // Row sum of squares: warp shuffles, then across the row's warps through shared memory.
-    ss = warp_sum(ss);
+        // Row sum of squares: warp shuffles, then across the row's warps through shared memory.
+        ss = warp_sum(ss);
 #if WARPS_PER_ROW > 1
-    if ((lane & 31) == 0) partial[group][lane >> 5] = ss;
-    __syncthreads();
-    ss = 0.0;
-#pragma unroll
-    for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[group][i]);
-#endif
-#if FP4_C > 1
-    // The row's other parts live in the cluster's other CTAs: publish this CTA's sum,
-    // then every CTA adds all of them in rank order (the same rstd everywhere).
-    __shared__ double cluster_part;
-    if (threadIdx.x == 0) cluster_part = ss;
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    {
-        u32 local;
-        asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(&cluster_part));
+        if ((lane & 31) == 0) partial[it & 1][group][lane >> 5] = ss;
+        __syncthreads();
         ss = 0.0;
 #pragma unroll
-        for (u32 r = 0; r < FP4_C; ++r) {
-            u32 remote;
-            double part;
-            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
-            asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(part) : "r"(remote) : "memory");
-            ss = __dadd_rn(ss, part);
+        for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[it & 1][group][i]);
+#endif
+#if FP4_C > 1
+        // The row's other parts live in the cluster's other CTAs: publish this CTA's sum,
+        // then every CTA adds all of them in rank order (the same rstd everywhere).
+        __shared__ double cluster_part;
+        if (threadIdx.x == 0) cluster_part = ss;
+        asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+        {
+            u32 local;
+            asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(&cluster_part));
+            ss = 0.0;
+#pragma unroll
+            for (u32 r = 0; r < FP4_C; ++r) {
+                u32 remote;
+                double part;
+                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
+                asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(part) : "r"(remote) : "memory");
+                ss = __dadd_rn(ss, part);
+            }
         }
-    }
-    // This CTA is done reading the others' shared memory; the matching wait at the end
-    // keeps every CTA's shared memory alive until all have read it.
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+        // This CTA is done reading the others' shared memory; the matching wait at the end
+        // keeps every CTA's shared memory alive until all have read it.
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #endif
 
-    if (live) {
-        // rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation.
+        if (live) {
+            // rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation.
 #if (FP4_H & (FP4_H - 1)) == 0
-        // H a power of two: ss / H is an exact scaling (ss is far from the subnormal range).
-        const double mean = __dadd_rn(__dmul_rn(ss, 1.0 / (double)FP4_H), (double)p.eps);
+            // H a power of two: ss / H is an exact scaling (ss is far from the subnormal range).
+            const double mean = __dadd_rn(__dmul_rn(ss, 1.0 / (double)FP4_H), (double)p.eps);
 #else
-        const double mean = __dadd_rn(__ddiv_rn(ss, (double)FP4_H), (double)p.eps);
+            const double mean = __dadd_rn(__ddiv_rn(ss, (double)FP4_H), (double)p.eps);
 #endif
-        const float rstd = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(mean)));
+            const float rstd = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(mean)));
 #if !HOLD_IN_REGS
-        const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
+            const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
 #endif
 
-        // Pass 2: y, block scales, E2M1 codes.
+            // Pass 2: y, block scales, E2M1 codes.
 #pragma unroll
-        for (int k = 0; k < VPT; ++k) {
-            const int v = v0 + lane + k * FP4_G;
-            const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
-            float y[8];
-            float amax = 0.0f;
-            if (in_row) {
+            for (int k = 0; k < VPT; ++k) {
+                const int v = v0 + lane + k * FP4_G;
+                const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
+                float y[8];
+                float amax = 0.0f;
+                if (in_row) {
 #if HOLD_IN_REGS
-                const uint4 h = hv[k];
+                    const uint4 h = hv[k];
 #else
-                const uint4 h = load_vec(hrow + v * 8);
+                    const uint4 h = load_vec(hrow + v * 8);
 #endif
-                float hf[8], wf[8];
-                unpack8(h, hf);
+                    float hf[8], wf[8];
+                    unpack8(h, hf);
 #if PREFETCH_W
-                unpack8(wv[k], wf);
+                    unpack8(wv[k], wf);
 #else
-                unpack8(load_weight(p.w + v * 8), wf);
+                    unpack8(load_weight(p.w + v * 8), wf);
 #endif
 #pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    y[i] = __fmul_rn(__fmul_rn(hf[i], rstd), wf[i]);
-                    amax = fmax_nan(amax, fabsf(y[i]));
-                }
+                    for (int i = 0; i < 8; ++i) {
+                        y[i] = __fmul_rn(__fmul_rn(hf[i], rstd), wf[i]);
+                        amax = fmax_nan(amax, fabsf(y[i]));
+                    }
 #if FP4_Y_OUT
-                uint4 yo;
-                yo.x = f32x2_to_elem(y[0], y[1]);
-                yo.y = f32x2_to_elem(y[2], y[3]);
-                yo.z = f32x2_to_elem(y[4], y[5]);
-                yo.w = f32x2_to_elem(y[6], y[7]);
-                store_vec(p.y_out + row * p.y_stride + v * 8, yo);
+                    uint4 yo;
+                    yo.x = f32x2_to_elem(y[0], y[1]);
+                    yo.y = f32x2_to_elem(y[2], y[3]);
+                    yo.z = f32x2_to_elem(y[4], y[5]);
+                    yo.w = f32x2_to_elem(y[6], y[7]);
+                    store_vec(p.y_out + row * p.y_stride + v * 8, yo);
 #endif
-            } else {
+                } else {
 #pragma unroll
-                for (int i = 0; i < 8; ++i) y[i] = 0.0f;
-            }
+                    for (int i = 0; i < 8; ++i) y[i] = 0.0f;
+                }
 #pragma unroll
-            for (int o = 1; o < VPB; o <<= 1) amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-            if (!in_row) continue;
+                for (int o = 1; o < VPB; o <<= 1) amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+                if (!in_row) continue;
 #if FP4_UE8M0
-            const u32 code = ue8m0_ceil_code(__fdiv_rn(amax, 6.0f));
-            const float inv = ue8m0_inverse(code);
+                const u32 code = ue8m0_ceil_code(__fdiv_rn(amax, 6.0f));
+                const float inv = ue8m0_inverse(code);
 #else
-            const u32 code = e4m3_encode(__fdiv_rn(__fmul_rn(gs, amax), 6.0f));
-            const float d = e4m3_decode(code);
-            const float inv = (d == 0.0f) ? 0.0f : __fdiv_rn(gs, d);
+                const u32 code = e4m3_encode(__fdiv_rn(__fmul_rn(gs, amax), 6.0f));
+                const float d = e4m3_decode(code);
+                const float inv = (d == 0.0f) ? 0.0f : __fdiv_rn(gs, d);
 #endif
-            store_q(p.q + row * (FP4_H / 2) + v * 4, e2m1_pack8(y, inv));
-            if (v % VPB == 0) {
-                const int b = v / VPB;
+                store_q(p.q + row * (FP4_H / 2) + v * 4, e2m1_pack8(y, inv));
+                if (v % VPB == 0) {
+                    const int b = v / VPB;
 #if FP4_ROW_MAJOR
-                p.sf_row_major[row * NB + b] = (u8)code;
+                    p.sf_row_major[row * NB + b] = (u8)code;
 #endif
 #if FP4_SWIZZLED
-                p.sf_swizzled[swizzled_offset(row, b)] = (u8)code;
+                    p.sf_swizzled[swizzled_offset(row, b)] = (u8)code;
 #if NK4 != NB
-                if (b == NB - 1) {
+                    if (b == NB - 1) {
 #pragma unroll
-                    for (int j = NB; j < NK4; ++j) p.sf_swizzled[swizzled_offset(row, j)] = 0;
+                        for (int j = NB; j < NK4; ++j) p.sf_swizzled[swizzled_offset(row, j)] = 0;
+                    }
+#endif
+#endif
                 }
-#endif
-#endif
             }
         }
-    }
 #if FP4_SWIZZLED
-    else if (row < p.rows_total && v0 == 0) {
-        // Rows m..Mp of the last 128-row tile: scale padding, written as zero.
-        for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
-    }
+        else if (row < p.rows_total && v0 == 0) {
+            // Rows m..Mp of the last 128-row tile: scale padding, written as zero.
+            for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
+        }
 #endif
+        if (!PIPELINE) break;  // otherwise the grid covers every row: one iteration
+        base += step;
+        row += step;
+    }
 #if FP4_C > 1
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
