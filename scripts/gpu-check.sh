@@ -32,7 +32,7 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do
     echo "== compute-sanitizer $tool (small sweep)"
-    FP4NORM_GPU_SWEEP=small compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu" --test-threads=1 gpu_sweep_bf16 gpu_edge_cases gpu_graph > "$out/sanitize-$tool.log" 2>&1
+    FP4NORM_GPU_SWEEP=small timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu" --test-threads=1 gpu_sweep_bf16 gpu_graph > "$out/sanitize-$tool.log" 2>&1
     rc=$?
     tail -3 "$out/sanitize-$tool.log"
     summary+=("sanitizer $tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)")
@@ -47,8 +47,8 @@ fi
 
 if has layouts; then
   echo "== layouts and y_out: cost next to row-major"
-  "$bin/fp4norm" bench --device cuda --m 1024,16384 --h 4096,8192 --layout row-major,swizzled,both --json "$out/layouts.json" 2>&1 | tee "$out/layouts.log" | grep -v "^\[" | tail -30
-  "$bin/fp4norm" bench --device cuda --m 1024,16384 --h 4096,8192 --layout row-major --y-out --json "$out/yout.json" 2>&1 | tee "$out/yout.log" | grep -v "^\[" | tail -12
+  "$bin/fp4norm" bench --device cuda --m ${LAYOUT_M:-1024,16384} --h ${LAYOUT_H:-4096,8192} --layout row-major,swizzled,both --json "$out/layouts.json" 2>&1 | tee "$out/layouts.log" | grep -v "^\[" | tail -30
+  "$bin/fp4norm" bench --device cuda --m ${LAYOUT_M:-1024,16384} --h ${LAYOUT_H:-4096,8192} --layout row-major --y-out --json "$out/yout.json" 2>&1 | tee "$out/yout.log" | grep -v "^\[" | tail -12
 fi
 
 if has peers; then

@@ -462,14 +462,16 @@ pub(crate) fn validate_fused(gpu: &Gpu, c: &RawCall) -> Result<(Problem, bool), 
         check_device(gpu, r.name, r.start)?;
     }
 
-    // The 16-byte path needs every element row 16-byte aligned and y_fp4 4-byte aligned;
+    // The 16-byte path needs every element row 16-byte aligned and y_fp4 and the swizzled
+    // scales 4-byte aligned;
     // anything else takes the element-wise kernel (correct, slower).
     let vec_ok = |mat: &RawMat| mat.ptr % 16 == 0 && (mat.row_stride * e) % 16 == 0;
     let aligned = vec_ok(&c.x)
         && c.weight % 16 == 0
         && c.residual.as_ref().is_none_or(vec_ok)
         && c.y_out.as_ref().is_none_or(vec_ok)
-        && c.y_fp4 % 4 == 0;
+        && c.y_fp4 % 4 == 0
+        && sw.is_none_or(|s| s % 4 == 0);
     Ok((p, aligned))
 }
 

@@ -296,6 +296,16 @@ __device__ __forceinline__ void store_q(u8* p, u32 v) {
 #endif
 }
 
+// Four swizzled scale codes (byte i = block 4k + i) at a 4-byte aligned offset.
+__device__ __forceinline__ void store_sf4(u8* p, u32 word) {
+#if FP4_VEC_ALIGNED
+    asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(word) : "memory");
+#else
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = (u8)(word >> (8 * i));
+#endif
+}
+
 __device__ __forceinline__ i64 swizzled_offset(i64 row, int b) {
     return (row >> 7) * (i64)(NK4 / 4) * 512 + (i64)(b >> 2) * 512 + (row & 31) * 16
          + ((row & 127) >> 5) * 4 + (b & 3);
@@ -579,7 +589,6 @@ fp4norm_fused(const Fp4NormParams p) {
                 }
 #pragma unroll
                 for (int o = 1; o < VPB; o <<= 1) amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-                if (!in_row) continue;
 #if FP4_UE8M0
                 const u32 code = ue8m0_ceil_code(__fdiv_rn(amax, 6.0f));
                 const float inv = ue8m0_inverse(code);
@@ -588,6 +597,17 @@ fp4norm_fused(const Fp4NormParams p) {
                 const float d = e4m3_decode(code);
                 const float inv = (d == 0.0f) ? 0.0f : __fdiv_rn(gs, d);
 #endif
+#if FP4_SWIZZLED
+                // Four consecutive blocks are four consecutive swizzled bytes: the lanes
+                // holding them (VPB apart, in one warp) hand their codes to the first, which
+                // writes one 32-bit word. Lanes past the row give 0: the column padding.
+                u32 word = in_row ? code : 0u;
+                const u32 c1 = __shfl_down_sync(0xFFFFFFFFu, word, VPB);
+                const u32 c2 = __shfl_down_sync(0xFFFFFFFFu, word, 2 * VPB);
+                const u32 c3 = __shfl_down_sync(0xFFFFFFFFu, word, 3 * VPB);
+                word |= (c1 << 8) | (c2 << 16) | (c3 << 24);
+#endif
+                if (!in_row) continue;
                 store_q(p.q + row * (FP4_H / 2) + v * 4, e2m1_pack8(y, inv));
                 if (v % VPB == 0) {
                     const int b = v / VPB;
@@ -595,13 +615,7 @@ fp4norm_fused(const Fp4NormParams p) {
                     p.sf_row_major[row * NB + b] = (u8)code;
 #endif
 #if FP4_SWIZZLED
-                    p.sf_swizzled[swizzled_offset(row, b)] = (u8)code;
-#if NK4 != NB
-                    if (b == NB - 1) {
-#pragma unroll
-                        for (int j = NB; j < NK4; ++j) p.sf_swizzled[swizzled_offset(row, j)] = 0;
-                    }
-#endif
+                    if (b % 4 == 0) store_sf4(p.sf_swizzled + swizzled_offset(row, b), word);
 #endif
                 }
             }
