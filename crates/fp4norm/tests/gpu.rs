@@ -679,3 +679,177 @@ fn gpu_second_device() {
         "{err}"
     );
 }
+
+/// M·H ≥ 2^31 elements (64-bit offsets everywhere): 65536 × 32768 bf16, NVFP4, both
+/// layouts. The bulk of x and r is a constant; rows 0, 1, M-2 and M-1 get random data
+/// and are compared byte for byte with the CPU reference (FP4 bytes, both scale layouts,
+/// the residual). Needs ~10 GiB of device memory: runs only with FP4NORM_GPU_HUGE=1.
+#[test]
+fn gpu_huge_tensor_spot_rows() {
+    let g = require_gpu!();
+    if std::env::var_os("FP4NORM_GPU_HUGE").is_none() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED (set FP4NORM_GPU_HUGE=1): gpu_huge_tensor_spot_rows"
+        );
+        return;
+    }
+    let (m, h) = (65536usize, 32768usize);
+    assert!((m * h) as u64 >= 1 << 31);
+    let opts = Options::nvfp4();
+    let p = fp4norm::Problem::new(m, h, DType::BF16, ScaleLayout::Both, &opts).unwrap();
+    let stream = g.context().new_stream().unwrap();
+    let s = stream.cu_stream();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x4a6e);
+    let x_d = unsafe { stream.alloc::<u16>(m * h) }.unwrap();
+    let r_d = unsafe { stream.alloc::<u16>(m * h) }.unwrap();
+    let q_d = unsafe { stream.alloc::<u8>(p.fp4_len()) }.unwrap();
+    let rm_d = unsafe { stream.alloc::<u8>(p.row_major_scales_len()) }.unwrap();
+    let sw_d = unsafe { stream.alloc::<u8>(p.swizzled_scales_len()) }.unwrap();
+    let w: Vec<bf16> = gen_values(&mut rng, h, Fill::Normal, 1.0);
+    let w_d = stream.clone_htod(&w).unwrap();
+    let gs_d = stream.clone_htod(&[2.5f32]).unwrap();
+    let (xp, rp) = (x_d.device_ptr(&stream).0, r_d.device_ptr(&stream).0);
+    let (qp, rmp, swp) = (
+        q_d.device_ptr(&stream).0,
+        rm_d.device_ptr(&stream).0,
+        sw_d.device_ptr(&stream).0,
+    );
+    let (cx, cr) = (bf16::from_f32(0.75), bf16::from_f32(-1.5));
+    unsafe {
+        assert_eq!(
+            sys::cuMemsetD16Async(xp, cx.to_bits(), m * h, s),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemsetD16Async(rp, cr.to_bits(), m * h, s),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        for (ptr, len) in [
+            (qp, p.fp4_len()),
+            (rmp, p.row_major_scales_len()),
+            (swp, p.swizzled_scales_len()),
+        ] {
+            assert_eq!(
+                sys::cuMemsetD8Async(ptr, POISON, len, s),
+                sys::CUresult::CUDA_SUCCESS
+            );
+        }
+    }
+    let spot = [0usize, 1, m - 2, m - 1];
+    let mut rows_x: Vec<Vec<bf16>> = Vec::new();
+    let mut rows_r: Vec<Vec<bf16>> = Vec::new();
+    for &row in &spot {
+        let (xr, rr) = if row == 1 {
+            (vec![cx; h], vec![cr; h])
+        } else {
+            (
+                gen_values::<bf16>(&mut rng, h, Fill::Normal, 1.0),
+                gen_values::<bf16>(&mut rng, h, Fill::Normal, 1.0),
+            )
+        };
+        let off = (row * h * 2) as u64;
+        unsafe {
+            assert_eq!(
+                sys::cuMemcpyHtoDAsync_v2(xp + off, xr.as_ptr() as *const _, h * 2, s),
+                sys::CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(
+                sys::cuMemcpyHtoDAsync_v2(rp + off, rr.as_ptr() as *const _, h * 2, s),
+                sys::CUresult::CUDA_SUCCESS
+            );
+        }
+        stream.synchronize().unwrap();
+        rows_x.push(xr);
+        rows_r.push(rr);
+    }
+    let call = RawCall {
+        dtype: DType::BF16,
+        x: RawMat {
+            ptr: xp,
+            rows: m,
+            cols: h,
+            row_stride: h,
+            len: Some(m * h),
+        },
+        residual: Some(RawMat {
+            ptr: rp,
+            rows: m,
+            cols: h,
+            row_stride: h,
+            len: Some(m * h),
+        }),
+        weight: w_d.device_ptr(&stream).0,
+        weight_len: Some(h),
+        y_fp4: qp,
+        y_fp4_len: Some(p.fp4_len()),
+        scales: ScaleOut::Both {
+            row_major: rmp,
+            swizzled: swp,
+        },
+        scale_lens: (
+            Some(p.row_major_scales_len()),
+            Some(p.swizzled_scales_len()),
+        ),
+        y_out: None,
+        global_scale: RawGlobalScale::Uniform(gs_d.device_ptr(&stream).0),
+        global_scale_len: Some(1),
+        options: opts,
+    };
+    unsafe { g.launch_raw(s, &call) }.unwrap();
+    stream.synchronize().unwrap();
+    let sw_all: Vec<u8> = stream.clone_dtoh(&sw_d).unwrap();
+    let nb = p.n_blocks();
+    for (i, &row) in spot.iter().enumerate() {
+        let mut r_cpu = rows_r[i].clone();
+        let mut q = vec![0u8; h / 2];
+        let mut rm = vec![0u8; nb];
+        cpu::add_rmsnorm_fp4quant(
+            MatRef::new(&rows_x[i], 1, h).unwrap(),
+            MatMut::new(&mut r_cpu, 1, h).unwrap(),
+            &w,
+            Fp4Out {
+                y_fp4: &mut q,
+                scales: ScaleOut::RowMajor(&mut rm),
+                y_out: None,
+            },
+            GlobalScale::Uniform(2.5),
+            &opts,
+        )
+        .unwrap();
+        let mut got_q = vec![0u8; h / 2];
+        let mut got_rm = vec![0u8; nb];
+        let mut got_r = vec![bf16::ZERO; h];
+        unsafe {
+            sys::cuMemcpyDtoH_v2(
+                got_q.as_mut_ptr() as *mut _,
+                qp + (row * h / 2) as u64,
+                h / 2,
+            )
+            .result()
+            .unwrap();
+            sys::cuMemcpyDtoH_v2(got_rm.as_mut_ptr() as *mut _, rmp + (row * nb) as u64, nb)
+                .result()
+                .unwrap();
+            sys::cuMemcpyDtoH_v2(
+                got_r.as_mut_ptr() as *mut _,
+                rp + (row * h * 2) as u64,
+                h * 2,
+            )
+            .result()
+            .unwrap();
+        }
+        assert!(got_q == q, "row {row}: y_fp4 differs");
+        assert!(got_rm == rm, "row {row}: row-major scales differ");
+        assert!(got_r == r_cpu, "row {row}: residual differs");
+        for (b, &code) in rm.iter().enumerate() {
+            assert_eq!(
+                sw_all[fp4norm::layout::swizzled_offset(row, b, nb)],
+                code,
+                "row {row} block {b}: swizzled scale"
+            );
+        }
+    }
+    eprintln!("huge tensor: M·H = 2^31, rows {spot:?} byte-identical to the CPU");
+}
