@@ -106,13 +106,14 @@ impl Problem {
     }
 
     /// Scale bytes written in this problem's layout (both buffers for [`ScaleLayout::Both`]).
+    /// Saturates at `usize::MAX` (each buffer fits, their sum may not near the 64-bit limit).
     pub fn scale_bytes_written(&self) -> usize {
-        let mut n = 0;
+        let mut n = 0usize;
         if self.layout.has_row_major() {
-            n += self.row_major_scales_len();
+            n = n.saturating_add(self.row_major_scales_len());
         }
         if self.layout.has_swizzled() {
-            n += self.swizzled_scales_len();
+            n = n.saturating_add(self.swizzled_scales_len());
         }
         n
     }
@@ -120,16 +121,24 @@ impl Problem {
     /// Bytes moved through memory by one call (SPEC.md §6), for bandwidth figures:
     /// `M·H·3·e + H·e + M·H/2 + scale bytes (+ M·H·e for y_out)`. Without a residual the
     /// residual's read and write drop out: `M·H·e` read instead of `3·M·H·e`.
+    /// Computed in 128 bits and saturated at `u64::MAX`: `Problem::new` accepts sizes up to
+    /// the 64-bit limit, whose byte count (about 8.5·M·H with `y_out`) can exceed it.
     pub fn bytes_moved(&self) -> u64 {
-        let e = self.dtype.size() as u64;
-        let mh = (self.m as u64) * (self.h as u64);
+        let e = self.dtype.size() as u128;
+        let mh = (self.m as u128) * (self.h as u128);
         let io = if self.has_residual { 3 } else { 1 };
-        let mut bytes =
-            mh * io * e + self.h as u64 * e + mh / 2 + self.scale_bytes_written() as u64;
+        let mut scales = 0u128;
+        if self.layout.has_row_major() {
+            scales += self.row_major_scales_len() as u128;
+        }
+        if self.layout.has_swizzled() {
+            scales += self.swizzled_scales_len() as u128;
+        }
+        let mut bytes = mh * io * e + self.h as u128 * e + mh / 2 + scales;
         if self.has_y_out {
             bytes += mh * e;
         }
-        bytes
+        u64::try_from(bytes).unwrap_or(u64::MAX)
     }
 
     /// Checks one output buffer's length.
