@@ -1,0 +1,407 @@
+//! Hostile input (SPEC.md §5) through the public host API, with proptest: random valid and
+//! invalid calls of `cpu::*`, `reference::*`, `dequantize` and `Problem::new`.
+//!
+//! Invariants, asserted by the shared harness (`hostile_harness/`, also the body of the
+//! cargo-fuzz target `fuzz/fuzz_targets/host_api.rs`): nothing panics; a call that returns
+//! `Err` leaves every output buffer and the residual byte-identical to its snapshot (and
+//! both backends return the same error); a call that returns `Ok` gives byte-identical
+//! outputs on both backends and writes nothing outside its views.
+//!
+//! On top of that, `one_violation_is_an_error` builds a valid call, breaks exactly one
+//! rule and requires an error, and `valid_calls_succeed` requires `Ok` for valid calls.
+//! `FP4NORM_HOSTILE_CASES` scales the case counts (default sized for < 60 s on 2 cores).
+
+mod hostile_harness;
+
+use fp4norm::layout::{row_major_len, swizzled_len};
+use fp4norm::{BlockSize, DType, Fp4Format, Options, Problem, ScaleFormat, ScaleLayout};
+use hostile_harness::{check, run_spec, FusedSpec, GsSpec, MatSpec, Outcome};
+use proptest::prelude::*;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+fn cases(default: u32) -> u32 {
+    std::env::var("FP4NORM_HOSTILE_CASES")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(default, |f| ((default as f64) * f).max(1.0) as u32)
+}
+
+/// Mostly zero bytes (the harness's "ordinary" choice), so that about half the decoded
+/// calls are valid and the rest break one or a few rules.
+fn biased_bytes(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(prop_oneof![6 => Just(0u8), 1 => any::<u8>()], 0..max_len)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(20_000), max_shrink_iters: 2048, ..ProptestConfig::default() })]
+
+    /// Byte strings decoded into calls, mostly ordinary.
+    #[test]
+    fn biased_bytes_never_panic_and_errors_write_nothing(data in biased_bytes(160)) {
+        check(&data);
+    }
+
+    /// Uniformly random bytes: almost every call breaks several rules at once.
+    #[test]
+    fn random_bytes_never_panic_and_errors_write_nothing(data in prop::collection::vec(any::<u8>(), 0..256)) {
+        check(&data);
+    }
+}
+
+/// The same decoder over a fixed random sample, counting what it reached: the proptests
+/// above would pass vacuously if the decoder never produced a valid (or an invalid) call.
+#[test]
+fn decoder_reaches_valid_and_invalid_calls() {
+    let n = cases(20_000) as usize;
+    let mut rng = StdRng::seed_from_u64(0x6057_11e5);
+    let (mut ok, mut err, mut view_err, mut dq_ok) = (0, 0, 0, 0);
+    for _ in 0..n {
+        let len = rng.random_range(0..160);
+        let data: Vec<u8> = (0..len)
+            .map(|_| {
+                if rng.random_range(0..7) == 0 {
+                    rng.random()
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let o: Outcome = check(&data);
+        if o.fused_ok {
+            ok += 1;
+        } else {
+            err += 1;
+        }
+        view_err += o.view_err as usize;
+        dq_ok += o.dequant_ok as usize;
+    }
+    eprintln!(
+        "decoder: {n} calls, {ok} Ok, {err} Err ({view_err} refused by a view constructor), {dq_ok} dequantize Ok"
+    );
+    for (what, count) in [
+        ("Ok", ok),
+        ("Err", err),
+        ("view Err", view_err),
+        ("dequantize Ok", dq_ok),
+    ] {
+        assert!(count * 20 >= n, "only {count} of {n} calls were {what}");
+    }
+}
+
+/// One rule broken on top of a valid call.
+#[derive(Clone, Copy, Debug)]
+enum Violation {
+    HZero,
+    HNotMultiple,
+    ResidualRows,
+    ResidualCols,
+    YOutRows,
+    YOutCols,
+    WeightShort,
+    WeightLong,
+    Fp4Short,
+    Fp4Long,
+    RowMajorShort,
+    RowMajorLong,
+    SwizzledShort,
+    SwizzledLong,
+    EpsNan,
+    EpsInf,
+    EpsNegative,
+    GsPerRowShort,
+    GsPerRowLong,
+    XStrideTooSmall,
+    ResidualStrideTooSmall,
+    YOutStrideTooSmall,
+    XBufferShort,
+    ResidualBufferShort,
+    StrideOverflow,
+}
+
+const VIOLATIONS: [Violation; 25] = [
+    Violation::HZero,
+    Violation::HNotMultiple,
+    Violation::ResidualRows,
+    Violation::ResidualCols,
+    Violation::YOutRows,
+    Violation::YOutCols,
+    Violation::WeightShort,
+    Violation::WeightLong,
+    Violation::Fp4Short,
+    Violation::Fp4Long,
+    Violation::RowMajorShort,
+    Violation::RowMajorLong,
+    Violation::SwizzledShort,
+    Violation::SwizzledLong,
+    Violation::EpsNan,
+    Violation::EpsInf,
+    Violation::EpsNegative,
+    Violation::GsPerRowShort,
+    Violation::GsPerRowLong,
+    Violation::XStrideTooSmall,
+    Violation::ResidualStrideTooSmall,
+    Violation::YOutStrideTooSmall,
+    Violation::XBufferShort,
+    Violation::ResidualBufferShort,
+    Violation::StrideOverflow,
+];
+
+const FORMATS: [Fp4Format; 4] = [
+    Fp4Format::NVFP4,
+    Fp4Format::MXFP4,
+    Fp4Format {
+        block: BlockSize::B16,
+        scale: ScaleFormat::UE8M0,
+    },
+    Fp4Format {
+        block: BlockSize::B32,
+        scale: ScaleFormat::E4M3,
+    },
+];
+const LAYOUTS: [ScaleLayout; 3] = [
+    ScaleLayout::RowMajor,
+    ScaleLayout::Swizzled,
+    ScaleLayout::Both,
+];
+
+/// The knobs of a valid call.
+#[derive(Clone, Copy, Debug)]
+struct Base {
+    f16: bool,
+    format: usize,
+    layout: usize,
+    residual: bool,
+    y_out: bool,
+    per_row_gs: bool,
+    m: usize,
+    blocks: usize,
+    pad: [usize; 3],
+    seed: u64,
+}
+
+fn base() -> impl Strategy<Value = Base> {
+    (
+        (
+            any::<bool>(),
+            0..4usize,
+            0..3usize,
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        (
+            prop_oneof![2..20usize, 120..140usize, 2..300usize],
+            1..9usize,
+            [0..3usize, 0..3usize, 0..3usize],
+            any::<u64>(),
+        ),
+    )
+        .prop_map(
+            |((f16, format, layout, residual, y_out, per_row_gs), (m, blocks, pad, seed))| Base {
+                f16,
+                format,
+                layout,
+                residual,
+                y_out,
+                per_row_gs,
+                m,
+                blocks,
+                pad,
+                seed,
+            },
+        )
+}
+
+fn mat(m: usize, h: usize, pad: usize) -> MatSpec {
+    let stride = h + 16 * pad;
+    MatSpec {
+        rows: m,
+        cols: h,
+        stride,
+        len: (m - 1) * stride + h + pad,
+    }
+}
+
+fn valid(b: &Base) -> FusedSpec {
+    let format = FORMATS[b.format];
+    let layout = LAYOUTS[b.layout];
+    let (m, h) = (b.m, b.blocks * format.block_size());
+    let nb = h / format.block_size();
+    FusedSpec {
+        f16: b.f16,
+        format,
+        layout,
+        m,
+        h,
+        x: mat(m, h, b.pad[0]),
+        residual: b.residual.then(|| mat(m, h, b.pad[1])),
+        y_out: b.y_out.then(|| mat(m, h, b.pad[2])),
+        w_len: h,
+        q_len: m * h / 2,
+        rm_len: if layout.has_row_major() {
+            row_major_len(m, nb).unwrap()
+        } else {
+            0
+        },
+        sw_len: if layout.has_swizzled() {
+            swizzled_len(m, nb).unwrap()
+        } else {
+            0
+        },
+        eps: 1e-6,
+        gs: if b.per_row_gs {
+            GsSpec::PerRow((0..m).map(|i| 1.0 + (i % 7) as f32 * 0.5).collect())
+        } else {
+            GsSpec::Uniform(1.0)
+        },
+        seed: b.seed,
+    }
+}
+
+/// Breaks `v` in `s`; `false` if the call has no such argument (no residual, say).
+fn break_rule(s: &mut FusedSpec, v: Violation) -> bool {
+    let (m, h) = (s.m, s.h);
+    let too_small = |mat: &mut MatSpec| {
+        mat.stride = mat.cols - 1;
+        mat.len = (mat.rows - 1) * mat.stride + mat.cols;
+    };
+    match v {
+        Violation::HZero => {
+            s.h = 0;
+            s.x = MatSpec {
+                rows: m,
+                cols: 0,
+                stride: 0,
+                len: 0,
+            };
+        }
+        Violation::HNotMultiple => {
+            let h2 = h + s.format.block_size() / 2;
+            s.h = h2;
+            s.x = mat(m, h2, 0);
+        }
+        Violation::ResidualRows | Violation::ResidualCols => match &mut s.residual {
+            Some(r) => {
+                *r = if matches!(v, Violation::ResidualRows) {
+                    mat(m + 1, h, 0)
+                } else {
+                    mat(m, h + 16, 0)
+                }
+            }
+            None => return false,
+        },
+        Violation::YOutRows | Violation::YOutCols => match &mut s.y_out {
+            Some(y) => {
+                *y = if matches!(v, Violation::YOutRows) {
+                    mat(m - 1, h, 0)
+                } else {
+                    mat(m, h - 1, 0)
+                }
+            }
+            None => return false,
+        },
+        Violation::WeightShort => s.w_len = h - 1,
+        Violation::WeightLong => s.w_len = h + 1,
+        Violation::Fp4Short => s.q_len -= 1,
+        Violation::Fp4Long => s.q_len += 1,
+        Violation::RowMajorShort | Violation::RowMajorLong if s.layout.has_row_major() => {
+            s.rm_len = if matches!(v, Violation::RowMajorShort) {
+                s.rm_len - 1
+            } else {
+                s.rm_len + 1
+            }
+        }
+        Violation::SwizzledShort | Violation::SwizzledLong if s.layout.has_swizzled() => {
+            s.sw_len = if matches!(v, Violation::SwizzledShort) {
+                s.sw_len - 1
+            } else {
+                s.sw_len + 128
+            }
+        }
+        Violation::RowMajorShort
+        | Violation::RowMajorLong
+        | Violation::SwizzledShort
+        | Violation::SwizzledLong => return false,
+        Violation::EpsNan => s.eps = f32::NAN,
+        Violation::EpsInf => s.eps = f32::INFINITY,
+        Violation::EpsNegative => s.eps = -1e-6,
+        Violation::GsPerRowShort => s.gs = GsSpec::PerRow(vec![1.0; m - 1]),
+        Violation::GsPerRowLong => s.gs = GsSpec::PerRow(vec![1.0; m + 1]),
+        Violation::XStrideTooSmall => too_small(&mut s.x),
+        Violation::ResidualStrideTooSmall => match &mut s.residual {
+            Some(r) => too_small(r),
+            None => return false,
+        },
+        Violation::YOutStrideTooSmall => match &mut s.y_out {
+            Some(y) => too_small(y),
+            None => return false,
+        },
+        Violation::XBufferShort => s.x.len = (m - 1) * s.x.stride + h - 1,
+        Violation::ResidualBufferShort => match &mut s.residual {
+            Some(r) => r.len = (m - 1) * r.stride + h - 1,
+            None => return false,
+        },
+        Violation::StrideOverflow => {
+            s.x.stride = usize::MAX / 2;
+            s.x.len = h;
+        }
+    }
+    true
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(8_000), max_shrink_iters: 1024, ..ProptestConfig::default() })]
+
+    /// A valid call (any dtype, format pairing, layout, variant, y_out, strided views,
+    /// uniform or per-row global scale) succeeds, byte-identical on both backends.
+    #[test]
+    fn valid_calls_succeed(b in base()) {
+        let s = valid(&b);
+        prop_assert!(run_spec(&s).fused_ok, "valid call refused: {:?}", s);
+    }
+
+    /// The same call with exactly one rule broken is an error on both backends, and
+    /// writes nothing (the harness compares every buffer with its snapshot).
+    #[test]
+    fn one_violation_is_an_error(b in base(), v in 0..VIOLATIONS.len()) {
+        let mut s = valid(&b);
+        let v = VIOLATIONS[v];
+        if break_rule(&mut s, v) {
+            prop_assert!(!run_spec(&s).fused_ok, "{:?} was accepted: {:?}", v, s);
+        }
+    }
+}
+
+/// `Problem::new` accepts sizes up to the 64-bit limit; `bytes_moved` and
+/// `scale_bytes_written` must not overflow for them (they did: found by the fuzz target,
+/// an arithmetic-overflow panic with debug assertions, a wrapped figure without).
+#[test]
+fn byte_counts_near_the_64_bit_limit_do_not_overflow() {
+    let opts = Options::nvfp4();
+    let mut checked = 0;
+    for (m, h) in [
+        (1usize, 1usize << 60),
+        (1, (1 << 61) - 16),
+        (1 << 29, 1 << 31),
+        ((1 << 57) - 1, 16),
+        (3, 1 << 59),
+    ] {
+        let Ok(p) = Problem::new(m, h, DType::BF16, ScaleLayout::Both, &opts) else {
+            continue;
+        };
+        checked += 1;
+        for p in [p, p.with_y_out(true), p.without_residual()] {
+            let mh = m as u128 * h as u128;
+            let scales = p.row_major_scales_len() as u128 + p.swizzled_scales_len() as u128;
+            let y = if p.has_y_out { 2 * mh } else { 0 };
+            let io = if p.has_residual { 3 } else { 1 };
+            let want = mh * io * 2 + h as u128 * 2 + mh / 2 + scales + y;
+            assert_eq!(p.bytes_moved() as u128, want.min(u64::MAX as u128), "{p:?}");
+            assert_eq!(
+                p.scale_bytes_written() as u128,
+                scales.min(usize::MAX as u128)
+            );
+        }
+    }
+    assert!(checked >= 3, "only {checked} problems were accepted");
+}
