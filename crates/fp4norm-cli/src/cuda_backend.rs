@@ -141,7 +141,7 @@ impl Backend for CudaBackend {
         let mut kernel_times = Vec::with_capacity(reps);
         let mut driver_times = Vec::with_capacity(reps);
         for _ in 0..reps.max(1) {
-            kernel_times.push(time_events(s, || copy())?);
+            kernel_times.push(time_events(s, copy)?);
             driver_times.push(time_events(s, driver_copy)?);
         }
         let (k, d) = (median(&mut kernel_times), median(&mut driver_times));
