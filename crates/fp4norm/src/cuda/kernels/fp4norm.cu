@@ -234,6 +234,14 @@ __device__ __forceinline__ float ue8m0_inverse(u32 code) {
 // Memory access. The aligned path moves 16 bytes per access; the fallback moves
 // one element at a time, for views whose pointers or strides are not 16-byte aligned.
 
+// Eight elements, one 16-bit load each (the fallback for unaligned views).
+__device__ __forceinline__ uint4 load_elems(const u16* p) {
+    u32 e[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = p[i];
+    return make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+}
+
 __device__ __forceinline__ uint4 load_vec_ro(const u16* p) {
 #if FP4_VEC_ALIGNED
     uint4 v;
@@ -241,10 +249,7 @@ __device__ __forceinline__ uint4 load_vec_ro(const u16* p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 #else
-    u32 e[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) e[i] = p[i];
-    return make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+    return load_elems(p);
 #endif
 }
 
@@ -255,10 +260,7 @@ __device__ __forceinline__ uint4 load_vec(const u16* p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 #else
-    u32 e[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) e[i] = p[i];
-    return make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+    return load_elems(p);
 #endif
 }
 
