@@ -88,6 +88,48 @@ fn decoder_reaches_valid_and_invalid_calls() {
     }
 }
 
+/// The host API from many threads at once (each with its own buffers, all sharing rayon's
+/// pool): every call still meets the invariants, and the results do not depend on what
+/// runs beside them (the harness compares `cpu` with `reference` inside each thread).
+#[test]
+fn concurrent_callers_meet_the_same_invariants() {
+    let per_thread = cases(300) as usize;
+    let counts: Vec<(usize, usize)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..8u64)
+            .map(|t| {
+                sc.spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(0xC0C0 + t);
+                    let mut ok = 0;
+                    for _ in 0..per_thread {
+                        let len = rng.random_range(0..160);
+                        let data: Vec<u8> = (0..len)
+                            .map(|_| {
+                                if rng.random_range(0..7) == 0 {
+                                    rng.random()
+                                } else {
+                                    0
+                                }
+                            })
+                            .collect();
+                        ok += check(&data).fused_ok as usize;
+                    }
+                    (ok, per_thread)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a thread panicked"))
+            .collect()
+    });
+    for (ok, n) in counts {
+        assert!(
+            ok * 4 >= n,
+            "only {ok} of {n} calls of one thread were valid"
+        );
+    }
+}
+
 /// One rule broken on top of a valid call.
 #[derive(Clone, Copy, Debug)]
 enum Violation {
@@ -404,4 +446,81 @@ fn byte_counts_near_the_64_bit_limit_do_not_overflow() {
         }
     }
     assert!(checked >= 3, "only {checked} problems were accepted");
+}
+
+/// SPEC.md §5: sizes are 64-bit, `M·H ≥ 2^31` works on the CPU too. 65536 × 32768 bf16
+/// (a 4 GiB input, 2^31 elements), NVFP4, both layouts, no residual (5.3 GiB in all);
+/// rows at both ends get random data and are compared with the reference run on just
+/// those rows. Not in CI (memory): `cargo test --release --test hostile -- --ignored`.
+#[test]
+#[ignore = "needs ~5.5 GiB of memory and ~1 min; run with --ignored"]
+fn huge_tensor_on_the_cpu_spot_rows() {
+    use fp4norm::layout::swizzled_offset;
+    use fp4norm::{bf16, cpu, reference, Fp4Out, GlobalScale, MatRef, ScaleOut};
+    let (m, h) = (65536usize, 32768usize);
+    assert!((m * h) as u64 >= 1 << 31);
+    let opts = Options::nvfp4();
+    let p = Problem::new(m, h, DType::BF16, ScaleLayout::Both, &opts).unwrap();
+    let nb = p.n_blocks();
+    let mut rng = StdRng::seed_from_u64(31);
+    let mut x = vec![bf16::from_f32(0.75); m * h];
+    let spot = [0, 1, m / 2, m - 2, m - 1];
+    for &row in &spot {
+        for v in &mut x[row * h..(row + 1) * h] {
+            *v = bf16::from_f32(rng.random_range(-8.0f32..8.0));
+        }
+    }
+    let w: Vec<bf16> = (0..h)
+        .map(|_| bf16::from_f32(rng.random_range(0.5f32..1.5)))
+        .collect();
+    let mut q = vec![0xA5u8; p.fp4_len()];
+    let mut rm = vec![0xA5u8; p.row_major_scales_len()];
+    let mut sw = vec![0xA5u8; p.swizzled_scales_len()];
+    let t = std::time::Instant::now();
+    cpu::rmsnorm_fp4quant(
+        MatRef::new(&x, m, h).unwrap(),
+        &w,
+        Fp4Out {
+            y_fp4: &mut q,
+            scales: ScaleOut::Both {
+                row_major: &mut rm,
+                swizzled: &mut sw,
+            },
+            y_out: None,
+        },
+        GlobalScale::Uniform(1.0),
+        &opts,
+    )
+    .unwrap();
+    eprintln!("cpu: {m} x {h} bf16 in {:.2?}", t.elapsed());
+    for &row in &spot {
+        let mut q1 = vec![0u8; h / 2];
+        let mut rm1 = vec![0u8; nb];
+        reference::rmsnorm_fp4quant(
+            MatRef::new(&x[row * h..(row + 1) * h], 1, h).unwrap(),
+            &w,
+            Fp4Out {
+                y_fp4: &mut q1,
+                scales: ScaleOut::RowMajor(&mut rm1),
+                y_out: None,
+            },
+            GlobalScale::Uniform(1.0),
+            &opts,
+        )
+        .unwrap();
+        assert!(
+            q[row * h / 2..(row + 1) * h / 2] == q1[..],
+            "y_fp4 row {row}"
+        );
+        assert!(
+            rm[row * nb..(row + 1) * nb] == rm1[..],
+            "row-major scales row {row}"
+        );
+        for (b, &c) in rm1.iter().enumerate() {
+            assert_eq!(sw[swizzled_offset(row, b, nb)], c, "swizzled ({row}, {b})");
+        }
+    }
+    // Every constant row is the same: spot-check one in the middle of the last 2^31 bytes.
+    let (a, b) = (m - 3, 2);
+    assert!(q[a * h / 2..(a + 1) * h / 2] == q[b * h / 2..(b + 1) * h / 2]);
 }
