@@ -132,6 +132,16 @@ fn check_len(name: &'static str, got: usize, expected: usize, what: String) -> R
     Ok(())
 }
 
+/// `elems · size` in bytes, refused (`SizeOverflow`) past `isize::MAX`: no allocation is
+/// that large, `slice::from_raw_parts` requires it, and a wrapped product would make the
+/// overlap check compare the wrong ranges.
+fn byte_len(elems: usize, size: usize) -> Result<usize, Error> {
+    elems
+        .checked_mul(size)
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or(Error::SizeOverflow)
+}
+
 /// A byte range one call touches, for the overlap check.
 struct Range {
     name: &'static str,
@@ -224,7 +234,7 @@ impl Call {
         let mut ranges = vec![Range::new(
             "input",
             self.x.0,
-            extent("input", &self.x)? * e,
+            byte_len(extent("input", &self.x)?, e)?,
             false,
         )?];
         if let Some(r) = &self.residual {
@@ -232,13 +242,18 @@ impl Call {
             ranges.push(Range::new(
                 "residual",
                 r.0,
-                extent("residual", r)? * e,
+                byte_len(extent("residual", r)?, e)?,
                 true,
             )?);
         }
         if let Some(y) = &self.y_out {
             check_shape("y_out", y, m, h)?;
-            ranges.push(Range::new("y_out", y.0, extent("y_out", y)? * e, true)?);
+            ranges.push(Range::new(
+                "y_out",
+                y.0,
+                byte_len(extent("y_out", y)?, e)?,
+                true,
+            )?);
         }
         if self.weight.1 != h {
             return Err(Error::WeightLength {
@@ -246,7 +261,7 @@ impl Call {
                 got: self.weight.1,
             });
         }
-        ranges.push(Range::new("weight", self.weight.0, h * e, false)?);
+        ranges.push(Range::new("weight", self.weight.0, byte_len(h, e)?, false)?);
         check_len(
             "y_fp4",
             self.y_fp4.1,
@@ -277,7 +292,7 @@ impl Call {
         }
         if let Some((ptr, n)) = self.global_scale {
             check_global_scale_count(n, m)?;
-            ranges.push(Range::new("global_scale", ptr, n * 4, false)?);
+            ranges.push(Range::new("global_scale", ptr, byte_len(n, 4)?, false)?);
         }
         check_overlaps(&ranges)?;
         Ok(p)
@@ -308,7 +323,8 @@ unsafe fn host_slice<'a, T>(name: &'static str, ptr: u64, len: usize) -> Result<
         return Ok(&[]);
     }
     check_host_ptr::<T>(name, ptr)?;
-    // SAFETY: non-null, aligned, and the caller guarantees the extent.
+    byte_len(len, std::mem::size_of::<T>())?;
+    // SAFETY: non-null, aligned, at most isize::MAX bytes, and the caller guarantees the extent.
     Ok(unsafe { std::slice::from_raw_parts(ptr as usize as *const T, len) })
 }
 
@@ -326,7 +342,9 @@ unsafe fn host_slice_mut<'a, T>(
         return Ok(&mut []);
     }
     check_host_ptr::<T>(name, ptr)?;
-    // SAFETY: non-null, aligned, exclusive (overlap checked), extent guaranteed by the caller.
+    byte_len(len, std::mem::size_of::<T>())?;
+    // SAFETY: non-null, aligned, at most isize::MAX bytes, exclusive (overlap checked),
+    // extent guaranteed by the caller.
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr as usize as *mut T, len) })
 }
 
@@ -633,11 +651,11 @@ fn dequantize(
         let mut ranges = vec![
             Range::new("y_fp4", y_fp4.0, y_fp4.1, false)?,
             Range::new("block_scale", block_scale.0, block_scale.1, false)?,
-            Range::new("out", out.0, out.1 * 4, true)?,
+            Range::new("out", out.0, byte_len(out.1, 4)?, true)?,
         ];
         if let Some((ptr, n)) = global_scale {
             check_global_scale_count(n, m)?;
-            ranges.push(Range::new("global_scale", ptr, n * 4, false)?);
+            ranges.push(Range::new("global_scale", ptr, byte_len(n, 4)?, false)?);
         }
         check_overlaps(&ranges)
     };
