@@ -1,0 +1,294 @@
+"""Hostile input and resource leaks of the Python module on the CPU (RELIABILITY.md).
+
+test_cpu.py's BAD_CALLS covers one wrong argument per rule; this file adds what it does
+not: every output *and* y_out checked for writes after an error, the remaining dtypes
+(float64, int16, bool, byte-swapped, object), overlapping rows made with as_strided,
+partial and interleaved aliasing, the global scale aliasing an output, non-contiguous
+inner dimensions of y_out and 3-D inputs, M = 0 / H = 0, the raw `_core` entry point with
+sizes past isize::MAX, and a leak test: 10^5 calls (reference counts, RSS), then 3·10^4
+calls under tracemalloc.
+"""
+
+from __future__ import annotations
+
+import gc
+import resource
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import fp4norm
+from fp4_helpers import ml_dtypes, same_bytes
+
+as_strided = np.lib.stride_tricks.as_strided
+
+M, H = 4, 64
+
+
+class Call:
+    """Valid float16 arguments of one call; every buffer filled so that any write shows."""
+
+    def __init__(self):
+        rng = np.random.default_rng(7)
+        self.x = rng.standard_normal((M, H)).astype(np.float16)
+        self.r = rng.standard_normal((M, H)).astype(np.float16)
+        self.w = np.ones(H, np.float16)
+        self.q = np.full((M, H // 2), 0xAB, np.uint8)
+        self.sf = np.full((M, H // 16), 0xAB, np.uint8)
+        self.y = np.full((M, H), 0x5555, np.uint16).view(np.float16)
+        self.snap = [a.copy() for a in (self.x, self.r, self.w, self.q, self.sf, self.y)]
+
+    def kwargs(self, **change):
+        kw = dict(input=self.x, residual=self.r, weight=self.w, y_fp4=self.q, block_scale=self.sf, y_out=self.y)
+        kw.update(change)
+        return kw
+
+    def untouched(self):
+        now = (self.x, self.r, self.w, self.q, self.sf, self.y)
+        return all(same_bytes(a, b) for a, b in zip(now, self.snap))
+
+
+def expect(exc, words, **change):
+    """Calls with one argument changed: `exc` whose message holds every word, no write."""
+    c = Call()
+    kw = c.kwargs(**{k: (v(c) if callable(v) else v) for k, v in change.items()})
+    with pytest.raises(exc) as info:
+        fp4norm.add_rmsnorm_fp4quant(**kw)
+    msg = str(info.value)
+    for w in words:
+        assert w in msg, f"{w!r} not in {msg!r}"
+    assert c.untouched(), "an error wrote into a buffer"
+    return c
+
+
+BAD = [
+    # dtypes
+    ("input float64", TypeError, ["input", "float64"], dict(input=lambda c: c.x.astype(np.float64))),
+    ("input int16", TypeError, ["input", "int16"], dict(input=lambda c: c.x.view(np.int16))),
+    ("input bool", TypeError, ["input"], dict(input=lambda c: np.zeros((M, H), bool))),
+    ("input object", TypeError, ["input"], dict(input=lambda c: c.x.astype(object))),
+    ("input byte-swapped", TypeError, ["input"], dict(input=lambda c: c.x.astype(">f2"))),
+    ("residual byte-swapped", TypeError, ["residual"], dict(residual=lambda c: c.r.astype(">f2"))),
+    ("weight float32", TypeError, ["weight"], dict(weight=lambda c: c.w.astype(np.float32))),
+    ("y_out uint16", TypeError, ["y_out", "uint16"], dict(y_out=lambda c: np.zeros((M, H), np.uint16))),
+    ("y_fp4 int8", TypeError, ["y_fp4"], dict(y_fp4=lambda c: c.q.view(np.int8))),
+    ("block_scale float16", TypeError, ["block_scale"], dict(block_scale=lambda c: np.zeros((M, 2), np.float16))),
+    ("global_scale float16", TypeError, ["global_scale"], dict(global_scale=np.ones(1, np.float16))),
+    ("global_scale list", TypeError, ["global_scale"], dict(global_scale=[1.0])),
+    ("weight list", TypeError, ["weight"], dict(weight=[1.0] * H)),
+    # shapes
+    ("residual 3-D of the same size", ValueError, ["residual", "shape"], dict(residual=lambda c: c.r.reshape(2, 2, H))),
+    ("input 4-D", ValueError, ["input"], dict(input=lambda c: c.x.reshape(1, 2, 2, H))),
+    ("weight 2-D", ValueError, ["weight"], dict(weight=lambda c: c.w.reshape(1, H))),
+    ("y_out rows", ValueError, ["y_out", "shape"], dict(y_out=lambda c: c.y[:3])),
+    ("H = 0", ValueError, ["H", "0"], dict(input=np.zeros((M, 0), np.float16), residual=np.zeros((M, 0), np.float16), weight=np.zeros(0, np.float16), y_fp4=None, block_scale=None, y_out=None)),
+    ("global_scale per-row length", ValueError, ["global_scale"], dict(global_scale=np.ones(M + 1, np.float32))),
+    # strides
+    ("y_out inner stride", ValueError, ["y_out", "contiguous"], dict(y_out=lambda c: np.zeros((M, 2 * H), np.float16)[:, ::2])),
+    ("3-D input inner stride", ValueError, ["input", "contiguous"], dict(input=lambda c: np.zeros((2, 2, 2 * H), np.float16)[:, :, ::2], residual=lambda c: c.r.reshape(2, 2, H))),
+    ("residual rows overlap (as_strided)", ValueError, ["residual", "stride"], dict(residual=lambda c: as_strided(c.r, shape=(M, H), strides=(2, 2)))),
+    ("residual rows stride 0 (as_strided)", ValueError, ["residual", "stride"], dict(residual=lambda c: as_strided(c.r, shape=(M, H), strides=(0, 2)))),
+    ("input rows stride 0 (broadcast)", ValueError, ["input", "stride"], dict(input=lambda c: np.broadcast_to(c.x[0], (M, H)))),
+    ("y_out strides not a multiple of the element", ValueError, ["y_out", "element size"], dict(y_out=lambda c: as_strided(np.zeros(M * H * 2 + 8, np.float16), shape=(M, H), strides=(2 * H + 1, 2)))),
+    # aliasing
+    ("y_out shifted over residual", ValueError, ["residual", "y_out", "overlap"], dict(residual=lambda c: _shifted()[0], y_out=lambda c: _shifted()[1])),
+    ("y_out interleaved with residual", ValueError, ["overlap"], dict(residual=lambda c: _interleaved()[:, :H], y_out=lambda c: _interleaved()[:, H:])),
+    ("residual over weight", ValueError, ["residual", "weight", "overlap"], dict(weight=lambda c: c.r[1])),
+    ("y_fp4 inside y_out", ValueError, ["y_out", "y_fp4", "overlap"], dict(y_fp4=lambda c: c.y.view(np.uint8).reshape(-1)[: M * H // 2].reshape(M, H // 2))),
+    ("global_scale inside block_scale", ValueError, ["global_scale", "block_scale", "overlap"], dict(block_scale=lambda c: _u8()[:16].reshape(M, 4), global_scale=lambda c: _u8()[:4].view(np.float32))),
+]
+
+_SHARED = {}
+
+
+def _shifted():
+    """Two row views of one buffer, the second starting two rows in."""
+    if "shifted" not in _SHARED:
+        buf = np.zeros((M + 2, H), np.float16)
+        _SHARED["shifted"] = (buf[:M], buf[2:])
+    return _SHARED["shifted"]
+
+
+def _interleaved():
+    return _SHARED.setdefault("interleaved", np.zeros((M, 2 * H), np.float16))
+
+
+def _u8():
+    return _SHARED.setdefault("u8", np.zeros(64, np.uint8))
+
+
+@pytest.mark.parametrize("desc,exc,words,change", BAD, ids=[b[0] for b in BAD])
+def test_bad_call_names_the_argument_and_writes_nothing(desc, exc, words, change):
+    _SHARED.clear()
+    expect(exc, words, **change)
+    for a in _SHARED.values():  # buffers shared by two arguments: still all zero
+        for v in a if isinstance(a, tuple) else (a,):
+            base = v.base if v.base is not None else v
+            assert not np.any(base.view(np.uint8)), f"{desc}: a shared buffer was written"
+
+
+def test_read_only_inputs_may_alias():
+    """input and weight are only read: sharing memory is allowed and gives the same bytes."""
+    c = Call()
+    w = c.x[1].copy()
+    want = fp4norm.add_rmsnorm_fp4quant(c.x, c.r.copy(), w)
+    got = fp4norm.add_rmsnorm_fp4quant(c.x, c.r.copy(), c.x[1])
+    assert all(same_bytes(a, b) for a, b in zip(want, got))
+
+
+def test_zero_rows():
+    x = np.zeros((0, H), np.float16)
+    r = np.zeros((0, H), np.float16)
+    q, sf = fp4norm.add_rmsnorm_fp4quant(x, r, np.ones(H, np.float16))
+    assert q.shape == (0, H // 2) and sf.shape == (0, H // 16)
+    sw = np.full(0, 0xAB, np.uint8)
+    q2, sf2 = fp4norm.rmsnorm_fp4quant(x, np.ones(H, np.float16), block_scale=sw, is_sf_swizzled_layout=True)
+    assert sf2 is sw
+
+
+def test_dequantize_bad_arguments_name_the_argument():
+    q = np.zeros((M, H // 2), np.uint8)
+    sf = np.zeros((M, H // 16), np.uint8)
+    for kw, exc, word in [
+        (dict(y_fp4=q.astype(np.float32)), TypeError, "y_fp4"),
+        (dict(y_fp4=np.zeros((M, H), np.uint8)[:, ::2]), ValueError, "y_fp4"),
+        (dict(block_scale=np.zeros((M, 8), np.uint8)[:, ::2]), ValueError, "block_scale"),
+        (dict(global_scale=np.ones(2, np.float32)), ValueError, "global_scale"),
+        (dict(m=-1, h=H), TypeError, "m"),
+        (dict(m=M, h=H + 16), ValueError, "y_fp4"),
+        (dict(scale_format="e5m2"), ValueError, "scale_format"),
+    ]:
+        args = dict(y_fp4=q, block_scale=sf)
+        args.update(kw)
+        with pytest.raises(exc) as info:
+            fp4norm.dequantize(**args)
+        assert word in str(info.value), (kw, str(info.value))
+
+
+def test_raw_core_refuses_sizes_past_isize_max():
+    """`_core.fused` trusts the extents the Python layer derives from live arrays, but
+    checks their byte size. Before that check, a row stride of 2^63 elements (or a weight
+    of 2^63 elements with M = 0) made `extent * 2` wrap in the release build, so the
+    overlap check saw a 32-byte (or empty) range and the call went on to build a slice
+    longer than the address space (undefined behaviour; with this stride, "row 1" is row 0
+    again). Run in a child process so that a regression cannot take pytest down."""
+    code = textwrap.dedent(
+        """
+        import numpy as np
+        from fp4norm import _core
+        x = np.ones((2, 16), np.float16); r = x.copy(); w = np.ones(16, np.float16)
+        q = np.zeros(16, np.uint8); sf = np.zeros(2, np.uint8)
+        p = lambda a: a.ctypes.data
+        for name, xv, wv in [
+            ("stride", (p(x), 2, 16, 2**63), (p(w), 16)),
+            ("weight", (p(x), 0, 2**63, 2**63), (p(w), 2**63)),
+        ]:
+            try:
+                _core.fused("cpu", 0, 0, "f16", xv, None, wv, (p(q), q.size if xv[1] else 0),
+                            (p(sf), sf.size if xv[1] else 0), None, None, None, 1e-6, 16, "e4m3")
+                print(name, "accepted")
+            except ValueError as e:
+                print(name, "ValueError", e)
+        """
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, f"child died ({res.returncode}): {res.stderr[-2000:]}"
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2, res.stdout
+    for line in lines:
+        assert "ValueError" in line and "overflow" in line.lower(), line
+
+
+# ---------------------------------------------------------------------------------------
+# Leaks: 10^5 calls on small arrays
+# ---------------------------------------------------------------------------------------
+
+LEAK_CALLS = 100_000
+TRACED_CALLS = 30_000
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (resource.getpagesize() // 1024)
+
+
+def test_no_leaks_over_100k_calls():
+    rng = np.random.default_rng(3)
+    m, h = 2, 32
+    dt = ml_dtypes.bfloat16 if ml_dtypes is not None else np.float16
+    x = rng.standard_normal((m, h)).astype(dt)
+    r = rng.standard_normal((m, h)).astype(dt)
+    w = np.ones(h, dt)
+    q = np.zeros((m, h // 2), np.uint8)
+    sf = np.zeros((m, h // 16), np.uint8)
+    sw = np.zeros(fp4norm.scale_sizes(m, h)[2], np.uint8)
+    y = np.zeros((m, h), dt)
+    gs = np.ones(m, np.float32)
+    bad_w = np.ones(h + 16, dt)
+    watched = dict(x=x, r=r, w=w, q=q, sf=sf, sw=sw, y=y, gs=gs, bad_w=bad_w)
+
+    def one(i):
+        k = i % 6
+        if k == 0:  # preallocated outputs, in place
+            fp4norm.add_rmsnorm_fp4quant(x, r, w, q, sf)
+        elif k == 1:  # allocated outputs, swizzled, scalar global scale (a temporary array)
+            fp4norm.add_rmsnorm_fp4quant(x, r, w, global_scale=2.0, is_sf_swizzled_layout=True)
+        elif k == 2:  # no residual, both layouts, y_out, per-row global scale
+            fp4norm.rmsnorm_fp4quant(x, w, q, sw, gs, output_both_sf_layouts=True, block_scale_unswizzled=sf, y_out=y)
+        elif k == 3:
+            fp4norm.dequantize(q, sf, gs)
+        elif k == 4:  # an error from the Python layer
+            try:
+                fp4norm.add_rmsnorm_fp4quant(x, r, bad_w)
+            except ValueError:
+                pass
+        else:  # an error from Rust (overlap), after the pointers were handed over
+            try:
+                fp4norm.add_rmsnorm_fp4quant(x, r, w, y_out=r)
+            except ValueError:
+                pass
+
+    for i in range(3000):  # warm-up: rayon's pool, NumPy caches, interned strings
+        one(i)
+    gc.collect()
+
+    # Phase 1, 10^5 calls untraced: reference counts exact, RSS flat.
+    refs0 = {k: sys.getrefcount(v) for k, v in watched.items()}
+    rss0, maxrss0 = _rss_kib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    for i in range(LEAK_CALLS):
+        one(i)
+    gc.collect()
+    secs = time.perf_counter() - t0
+    refs1 = {k: sys.getrefcount(v) for k, v in watched.items()}
+    rss1, maxrss1 = _rss_kib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    # Phase 2, tracemalloc over TRACED_CALLS more calls in two halves (tracing costs ~4x per
+    # call, so not over all 10^5). NumPy's and the interpreter's caches were filled in
+    # phase 1, so a per-call leak shows as growth in both halves.
+    tracemalloc.start()
+    gc.collect()
+    traced = [tracemalloc.get_traced_memory()[0]]
+    for half in range(2):
+        for i in range(TRACED_CALLS // 2):
+            one(i)
+        gc.collect()
+        traced.append(tracemalloc.get_traced_memory()[0])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    report = (
+        f"{LEAK_CALLS} calls in {secs:.1f} s: RSS {rss0} -> {rss1} KiB, max RSS {maxrss0} -> "
+        f"{maxrss1} KiB, refcounts {refs0} -> {refs1}; then {TRACED_CALLS} traced calls: "
+        f"tracemalloc {traced[0]} -> {traced[1]} -> {traced[2]} B (peak {peak} B)"
+    )
+    print(report)
+    assert refs1 == refs0, report
+    assert rss1 - rss0 < 8 * 1024, report
+    assert maxrss1 - maxrss0 < 16 * 1024, report
+    assert traced[2] - traced[0] < 64 * 1024, report
+    assert traced[2] - traced[1] < 8 * 1024, report
