@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use crate::codec::e2m1_encode;
+use crate::codec::{e2m1_encode, e2m1_encode_non_nan};
 use crate::layout::{swizzled_col_tiles, swizzled_offset, SWIZZLE_ROWS, SWIZZLE_TILE_BYTES};
 use crate::op::{validate_host, OutputsPlan};
 use crate::reference::block_scale;
@@ -66,8 +66,7 @@ struct Task<'a, T> {
     residual: Option<MatMut<'a, T>>,
     y_out: Option<MatMut<'a, T>>,
     y_fp4: &'a mut [u8],
-    row_major: Option<&'a mut [u8]>,
-    swizzled: Option<&'a mut [u8]>,
+    row_major: &'a mut [u8],
 }
 
 fn run<T: Element>(
@@ -88,21 +87,26 @@ fn run<T: Element>(
         swizzled,
         y_out,
     } = OutputsPlan::from(out);
-    // A swizzled tile interleaves 128 rows, so with that layout a task owns whole tiles;
-    // otherwise a task is about 64K elements, enough to amortise scheduling.
-    let rows_per_task = if swizzled.is_some() {
-        SWIZZLE_ROWS
-    } else {
-        (65536 / p.h).clamp(1, 256)
-    };
+    // Rows are quantised in tasks of about 64K elements (enough to amortise scheduling)
+    // that write row-major codes; a swizzled layout is filled from them afterwards, tile by
+    // tile in parallel, so few rows still use every core. Without a row-major output the
+    // codes go to a scratch buffer of M·H/B bytes.
+    let rows_per_task = (65536 / p.h).clamp(1, 256);
     let n_tasks = p.m.div_ceil(rows_per_task);
     let nb = p.n_blocks();
+    let mut scratch = Vec::new();
+    let row_major: &mut [u8] = match row_major {
+        Some(r) => r,
+        None => {
+            scratch.resize(p.row_major_scales_len(), 0u8);
+            &mut scratch
+        }
+    };
 
     let mut residual_chunks = residual.map(|r| r.into_row_chunks(rows_per_task).into_iter());
     let mut y_out_chunks = y_out.map(|y| y.into_row_chunks(rows_per_task).into_iter());
     let mut fp4_chunks = y_fp4.chunks_mut(rows_per_task * p.h / 2);
-    let mut rm_chunks = row_major.map(|s| s.chunks_mut(rows_per_task * nb));
-    let mut sw_chunks = swizzled.map(|s| s.chunks_mut(swizzled_col_tiles(nb) * SWIZZLE_TILE_BYTES));
+    let mut rm_chunks = row_major.chunks_mut(rows_per_task * nb);
     let tasks: Vec<Task<'_, T>> = (0..n_tasks)
         .map(|t| Task {
             first_row: t * rows_per_task,
@@ -110,8 +114,7 @@ fn run<T: Element>(
             residual: residual_chunks.as_mut().and_then(|c| c.next()),
             y_out: y_out_chunks.as_mut().and_then(|c| c.next()),
             y_fp4: fp4_chunks.next().expect("y_fp4 length checked"),
-            row_major: rm_chunks.as_mut().and_then(|c| c.next()),
-            swizzled: sw_chunks.as_mut().and_then(|c| c.next()),
+            row_major: rm_chunks.next().expect("row-major length checked"),
         })
         .collect();
 
@@ -125,6 +128,21 @@ fn run<T: Element>(
     tasks
         .into_par_iter()
         .for_each(|t| run_task(&p, t, &x, w, &gs));
+    if let Some(sw) = swizzled {
+        let tile_bytes = swizzled_col_tiles(nb) * SWIZZLE_TILE_BYTES;
+        sw.par_chunks_mut(tile_bytes)
+            .enumerate()
+            .for_each(|(t, tile)| {
+                tile.fill(0); // padding rows and columns
+                let first = t * SWIZZLE_ROWS;
+                for r in 0..SWIZZLE_ROWS.min(p.m - first) {
+                    let codes = &row_major[(first + r) * nb..(first + r + 1) * nb];
+                    for (blk, &c) in codes.iter().enumerate() {
+                        tile[swizzled_offset(r, blk, nb)] = c;
+                    }
+                }
+            });
+    }
     Ok(())
 }
 
@@ -137,10 +155,6 @@ fn process_task<T: Element, const B: usize>(
 ) {
     let (h, nb) = (p.h, p.n_blocks());
     let mut y = vec![0f32; h];
-    let mut codes = vec![0u8; nb];
-    if let Some(s) = t.swizzled.as_deref_mut() {
-        s.fill(0); // padding rows and columns of this task's tiles
-    }
     for i in 0..t.rows {
         let row = t.first_row + i;
         normalize_row(
@@ -156,17 +170,8 @@ fn process_task<T: Element, const B: usize>(
             &y,
             gs.row(row),
             &mut t.y_fp4[i * h / 2..(i + 1) * h / 2],
-            &mut codes,
+            &mut t.row_major[i * nb..(i + 1) * nb],
         );
-        if let Some(s) = t.row_major.as_deref_mut() {
-            s[i * nb..(i + 1) * nb].copy_from_slice(&codes);
-        }
-        if let Some(s) = t.swizzled.as_deref_mut() {
-            // The task starts on a tile boundary, so its local row index gives the offset.
-            for (blk, &c) in codes.iter().enumerate() {
-                s[swizzled_offset(i, blk, nb)] = c;
-            }
-        }
     }
 }
 
@@ -237,8 +242,17 @@ fn quantize_row<const B: usize>(
         }
         let (c, inv) = block_scale(format, f32::from_bits(amax_bits), gs);
         *code = c;
-        for (j, qj) in qb.iter_mut().enumerate() {
-            *qj = e2m1_encode(yb[2 * j] * inv) | (e2m1_encode(yb[2 * j + 1] * inv) << 4);
+        if inv.is_finite() {
+            // No product can be NaN (y is NaN only where amax, hence inv, is; 0 · Inf needs
+            // an infinite inv): the branch-free encoder applies and vectorises.
+            for (j, qj) in qb.iter_mut().enumerate() {
+                *qj = e2m1_encode_non_nan(yb[2 * j] * inv)
+                    | (e2m1_encode_non_nan(yb[2 * j + 1] * inv) << 4);
+            }
+        } else {
+            for (j, qj) in qb.iter_mut().enumerate() {
+                *qj = e2m1_encode(yb[2 * j] * inv) | (e2m1_encode(yb[2 * j + 1] * inv) << 4);
+            }
         }
     }
 }
