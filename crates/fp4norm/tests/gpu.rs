@@ -48,11 +48,11 @@ fn gpu() -> Option<&'static Gpu> {
 }
 
 macro_rules! require_gpu {
-    () => {
+    ($test:expr) => {
         match gpu() {
             Some(g) => g,
             None => {
-                skipped(module_path!());
+                skipped($test);
                 return;
             }
         }
@@ -436,8 +436,8 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
     Ok(())
 }
 
-fn run_sweep(cases: &[Case]) {
-    let g = require_gpu!();
+fn run_sweep(name: &str, cases: &[Case]) {
+    let g = require_gpu!(name);
     let stream = g.context().new_stream().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ cases.len() as u64);
     let mut failures = Vec::new();
@@ -463,24 +463,24 @@ fn run_sweep(cases: &[Case]) {
 
 #[test]
 fn gpu_sweep_bf16() {
-    run_sweep(&sweep::sweep(DType::BF16));
+    run_sweep("gpu_sweep_bf16", &sweep::sweep(DType::BF16));
 }
 
 #[test]
 fn gpu_sweep_f16() {
-    run_sweep(&sweep::sweep(DType::F16));
+    run_sweep("gpu_sweep_f16", &sweep::sweep(DType::F16));
 }
 
 #[test]
 fn gpu_edge_cases() {
-    run_sweep(&sweep::edge_cases());
+    run_sweep("gpu_edge_cases", &sweep::edge_cases());
 }
 
 /// Capture one call in a CUDA graph, change the global scale in device memory, replay:
 /// the replay must use the new scale (it is read by the kernel, not baked in).
 #[test]
 fn gpu_graph_capture_and_replay_with_new_global_scale() {
-    let g = require_gpu!();
+    let g = require_gpu!("gpu_graph_capture_and_replay_with_new_global_scale");
     let (m, h) = (300usize, 4096usize);
     let opts = Options::nvfp4();
     let p = fp4norm::Problem::new(m, h, DType::BF16, ScaleLayout::Both, &opts).unwrap();
@@ -590,7 +590,7 @@ fn gpu_graph_capture_and_replay_with_new_global_scale() {
 /// Two streams running different configurations at the same time.
 #[test]
 fn gpu_two_streams_at_once() {
-    let g = require_gpu!();
+    let g = require_gpu!("gpu_two_streams_at_once");
     let a = Case::new(
         DType::BF16,
         2048,
@@ -627,7 +627,7 @@ fn gpu_two_streams_at_once() {
 /// A second device, where present.
 #[test]
 fn gpu_second_device() {
-    let _ = require_gpu!();
+    let _ = require_gpu!("gpu_second_device");
     if fp4norm::cuda::device_count() < 2 {
         use std::io::Write;
         let _ = writeln!(
@@ -686,7 +686,7 @@ fn gpu_second_device() {
 /// the residual). Needs ~10 GiB of device memory: runs only with FP4NORM_GPU_HUGE=1.
 #[test]
 fn gpu_huge_tensor_spot_rows() {
-    let g = require_gpu!();
+    let g = require_gpu!("gpu_huge_tensor_spot_rows");
     if std::env::var_os("FP4NORM_GPU_HUGE").is_none() {
         use std::io::Write;
         let _ = writeln!(
