@@ -242,9 +242,11 @@ fn quantize_row<const B: usize>(
         }
         let (c, inv) = block_scale(format, f32::from_bits(amax_bits), gs);
         *code = c;
-        if inv.is_finite() {
-            // No product can be NaN (y is NaN only where amax, hence inv, is; 0 · Inf needs
-            // an infinite inv): the branch-free encoder applies and vectorises.
+        let amax = f32::from_bits(amax_bits);
+        if inv.is_finite() && (inv != 0.0 || amax.is_finite()) {
+            // No product can be NaN: y is NaN only where amax, hence inv, is; 0 · Inf needs
+            // an infinite inv, or inv = 0 (a tiny global scale can round gs / d to 0) with
+            // an infinite y. The branch-free encoder applies and vectorises.
             for (j, qj) in qb.iter_mut().enumerate() {
                 *qj = e2m1_encode_non_nan(yb[2 * j] * inv)
                     | (e2m1_encode_non_nan(yb[2 * j + 1] * inv) << 4);

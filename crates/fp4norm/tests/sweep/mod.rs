@@ -227,6 +227,13 @@ pub fn edge_cases() -> Vec<Case> {
                 c3.per_row_gs = true;
                 out.push(c3);
             }
+            // A global scale so small that gs / d rounds to 0 next to ±Inf values:
+            // Inf · 0 = NaN products, which must encode as 0x7.
+            let mut c4 = Case::new(dtype, 33, 128, format, ScaleLayout::Both);
+            c4.gs = 1e-45;
+            c4.fill = Fill::Special;
+            c4.special_rows = true;
+            out.push(c4);
         }
     }
     out

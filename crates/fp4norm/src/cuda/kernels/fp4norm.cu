@@ -152,13 +152,17 @@ __device__ __forceinline__ u32 e2m1_encode_fast(float v) {
 }
 
 // Eight products y[i] * inv to eight E2M1 codes, nibble i at bits 4i.
-// A product can be NaN only when inv is NaN or infinite (0 * Inf): a block-uniform
-// condition, handled by the spec-literal encoder; every other block takes the fast one.
-__device__ __forceinline__ u32 e2m1_pack8(const float (&y)[8], float inv) {
+// A product can be NaN only when inv is NaN, when inv is infinite and some y is 0, or
+// when inv is 0 (a tiny global scale can round gs / d to 0) and some y is infinite:
+// block-uniform conditions (amax is the block's), handled by the spec-literal encoder;
+// every other block takes the fast one.
+__device__ __forceinline__ u32 e2m1_pack8(const float (&y)[8], float inv, float amax) {
     float p[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) p[i] = __fmul_rn(y[i], inv);
-    if ((__float_as_uint(inv) & 0x7F800000u) != 0x7F800000u) {
+    const bool inv_finite = (__float_as_uint(inv) & 0x7F800000u) != 0x7F800000u;
+    const bool amax_finite = (__float_as_uint(amax) & 0x7F800000u) != 0x7F800000u;
+    if (inv_finite && (inv != 0.0f || amax_finite)) {
 #if FP4_HW_E2M1
         // cvt.rn.satfinite.e2m1x2.f32 d, a, b puts a in the high nibble, b in the low one.
         u32 out = 0;
@@ -610,7 +614,7 @@ fp4norm_fused(const Fp4NormParams p) {
                 word |= (c1 << 8) | (c2 << 16) | (c3 << 24);
 #endif
                 if (!in_row) continue;
-                store_q(p.q + row * (FP4_H / 2) + v * 4, e2m1_pack8(y, inv));
+                store_q(p.q + row * (FP4_H / 2) + v * 4, e2m1_pack8(y, inv, amax));
                 if (v % VPB == 0) {
                     const int b = v / VPB;
 #if FP4_ROW_MAJOR
