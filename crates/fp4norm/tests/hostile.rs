@@ -78,13 +78,16 @@ fn decoder_reaches_valid_and_invalid_calls() {
     eprintln!(
         "decoder: {n} calls, {ok} Ok, {err} Err ({view_err} refused by a view constructor), {dq_ok} dequantize Ok"
     );
-    for (what, count) in [
-        ("Ok", ok),
-        ("Err", err),
-        ("view Err", view_err),
-        ("dequantize Ok", dq_ok),
-    ] {
-        assert!(count * 20 >= n, "only {count} of {n} calls were {what}");
+    // The mix is a statistic: only meaningful with enough calls (not in a Miri run).
+    if n >= 500 {
+        for (what, count) in [
+            ("Ok", ok),
+            ("Err", err),
+            ("view Err", view_err),
+            ("dequantize Ok", dq_ok),
+        ] {
+            assert!(count * 20 >= n, "only {count} of {n} calls were {what}");
+        }
     }
 }
 
@@ -122,11 +125,12 @@ fn concurrent_callers_meet_the_same_invariants() {
             .map(|h| h.join().expect("a thread panicked"))
             .collect()
     });
-    for (ok, n) in counts {
-        assert!(
-            ok * 4 >= n,
-            "only {ok} of {n} calls of one thread were valid"
-        );
+    // The mix is a statistic: only meaningful with enough calls (not in a Miri run).
+    let (ok, n) = counts
+        .iter()
+        .fold((0, 0), |(a, b), &(ok, n)| (a + ok, b + n));
+    if n >= 500 {
+        assert!(ok * 4 >= n, "only {ok} of {n} concurrent calls were valid");
     }
 }
 
