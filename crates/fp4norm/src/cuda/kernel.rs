@@ -316,7 +316,11 @@ fn cache_store(arch: &str, key: &str, cubin: &[u8]) {
     };
     let _ = (|| -> std::io::Result<()> {
         std::fs::create_dir_all(f.parent().expect("has parent"))?;
-        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+        // A name of its own per process and per store, so two threads writing the same
+        // specialisation never share a temporary file; the rename is atomic.
+        static STORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = f.with_extension(format!("tmp{}-{n}", std::process::id()));
         let mut data = (key.len() as u64).to_le_bytes().to_vec();
         data.extend_from_slice(key.as_bytes());
         data.extend_from_slice(cubin);
