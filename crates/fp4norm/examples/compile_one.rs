@@ -1,6 +1,10 @@
-//! Compiles one fused-kernel specialisation and prints ptxas' report; with a third
-//! argument, writes the cubin there (for `cuobjdump -sass`).
-//! `cargo run -p fp4norm --example compile_one -- sm_90 4096 [out.cubin] [m]`
+//! Compiles one fused-kernel specialisation (the one a call on a 132-SM GPU would use)
+//! and prints ptxas' report; with an output path, writes the cubin there (for
+//! `cuobjdump -sass`). Needs NVRTC, no GPU.
+//!
+//! `cargo run --release -p fp4norm --example compile_one -- ARCH H [OUT.cubin|-] [M] [LAYOUT] [FLAGS]`
+//! ARCH: sm_90, sm_100a, ...; LAYOUT: row-major (default), swizzled, both;
+//! FLAGS, comma-separated: f16, ue8m0 (16-element blocks with UE8M0 scales), y_out.
 use fp4norm::cuda::{nvrtc, GsMode, KernelConfig};
 use fp4norm::*;
 
@@ -8,18 +12,48 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arch = args.get(1).map(|s| s.as_str()).unwrap_or("sm_90");
     let h: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4096);
+    let out = args.get(3).filter(|s| s.as_str() != "-");
     let m: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(16384);
-    let p = Problem::new(m, h, DType::BF16, ScaleLayout::RowMajor, &Options::nvfp4())
-        .expect("valid shape");
-    let cfg = KernelConfig::fused(&p, GsMode::Uniform, true, arch.ends_with('a'), 132, true);
+    let layout = match args.get(5).map(|s| s.as_str()) {
+        Some("swizzled") => ScaleLayout::Swizzled,
+        Some("both") => ScaleLayout::Both,
+        _ => ScaleLayout::RowMajor,
+    };
+    let flags: Vec<&str> = args
+        .get(6)
+        .map(|s| s.split(',').collect())
+        .unwrap_or_default();
+    let dtype = if flags.contains(&"f16") {
+        DType::F16
+    } else {
+        DType::BF16
+    };
+    let mut opts = Options::nvfp4();
+    if flags.contains(&"ue8m0") {
+        opts.format.scale = ScaleFormat::UE8M0;
+    }
+    let p = match Problem::new(m, h, dtype, layout, &opts) {
+        Ok(p) => p.with_y_out(flags.contains(&"y_out")),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let hw_e2m1 = arch.ends_with('a');
+    let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, true, hw_e2m1, 132, true);
+    // As Gpu::new does on an H200: sm_90 kernels without the NaN fix-up.
+    cfg.hw_canonical_nan = arch == "sm_90";
     match nvrtc::compile(&cfg.source(), arch, &cfg.describe()) {
         Ok(c) => {
             println!("{}", cfg.describe());
             println!("{:?}", nvrtc::resource_usage(&c.log, "fp4norm_fused"));
-            if let Some(out) = args.get(3) {
+            if let Some(out) = out {
                 std::fs::write(out, &c.cubin).expect("writing the cubin");
             }
         }
-        Err(e) => println!("{e}"),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
     }
 }

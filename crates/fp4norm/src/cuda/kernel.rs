@@ -69,8 +69,6 @@ pub struct KernelConfig {
     pub rows_per_cta: u32,
     /// CTAs per row (a thread-block cluster); 1 = one CTA holds whole rows.
     pub cluster: u32,
-    /// Software-pipelined row loop over a persistent grid.
-    pub pipelined: bool,
     /// 16-byte vector accesses (false: the element-wise fallback).
     pub aligned: bool,
 }
@@ -86,7 +84,7 @@ impl KernelConfig {
         sm_count: u32,
         clusters: bool,
     ) -> Self {
-        let (g, r, c, pipelined) = launch_shape(p.h, p.block(), p.m, sm_count, clusters);
+        let (g, r, c) = launch_shape(p.h, p.block(), p.m, sm_count, clusters);
         KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,
@@ -107,7 +105,6 @@ impl KernelConfig {
             threads_per_row: g,
             rows_per_cta: r,
             cluster: c,
-            pipelined,
             aligned,
         }
     }
@@ -137,7 +134,7 @@ impl KernelConfig {
             "#define FP4_KIND {}\n#define FP4_F16 {}\n#define FP4_H {}\n#define FP4_BLOCK {}\n#define FP4_UE8M0 {}\n\
              #define FP4_ROW_MAJOR {}\n#define FP4_SWIZZLED {}\n#define FP4_RESIDUAL {}\n\
              #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_HW_CANONICAL_NAN {}\n#define FP4_G {}\n\
-             #define FP4_R {}\n#define FP4_C {}\n#define FP4_PIPELINE {}\n#define FP4_VEC_ALIGNED {}\n",
+             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n",
             self.kind as u32,
             b(self.dtype == DType::F16),
             self.h,
@@ -157,7 +154,6 @@ impl KernelConfig {
             self.threads_per_row,
             self.rows_per_cta,
             self.cluster,
-            b(self.pipelined),
             b(self.aligned),
         )
     }
@@ -170,7 +166,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} G={} R={} C={} pipe={} aligned={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} G={} R={} C={} aligned={}",
             self.kind,
             self.dtype,
             self.h,
@@ -186,58 +182,48 @@ impl KernelConfig {
             self.threads_per_row,
             self.rows_per_cta,
             self.cluster,
-            self.pipelined,
             self.aligned
         )
     }
 }
 
-/// Threads per row, rows per CTA and CTAs per row for `m` rows of `h` elements in
-/// blocks of `block`.
+/// Threads per row, rows per CTA and CTAs per row for `m` rows of `h`
+/// elements in blocks of `block`. Each thread handles 8-element (16-byte) vectors.
 ///
-/// Each thread handles 8-element (16-byte) vectors.
-/// * Many short rows (H <= 2048): a persistent grid of CTAs that loop over rows, two
-///   vectors per thread, loading the next row while the current one is reduced and
-///   quantised (the per-row serial part — reductions, f64 rstd — is then hidden).
-/// * Many rows (more than SMs): throughput. About four vectors per thread keep enough
-///   loads in flight; rows up to 16384 elements get one CTA, longer ones a cluster of
-///   256-thread CTAs. Short rows share a CTA so that CTAs stay at least 128 threads.
-///   (Measured on the H200, see BENCHMARKS.md: 16384-element rows split 2 × 256 were
-///   slower than one 512-thread CTA, and 32768-element rows split 2 × 512 slower than
-///   4 × 256.)
+/// The table was measured on the H200 (BENCHMARKS.md, "Launch-shape tuning"):
+/// * Many rows (more than SMs): throughput. Two vectors per thread up to H = 4096, four
+///   up to H = 16384: one CTA per row (short rows share a CTA so that CTAs stay at least
+///   128 threads wide), every row held in registers. Longer rows: one 512-thread CTA per
+///   row that re-reads the row it has just written from L2 in its second pass (+16
+///   points of copy bandwidth at H = 32768 over splitting the row across a cluster or
+///   holding it in a 1024-thread CTA). (A persistent grid whose CTAs load the next row
+///   while finishing the current one lost 9-30 points at every H from 1024 to 8192 once
+///   the CTAs were sized this way; it is gone.)
 /// * Few rows: latency. Each row is spread over `SMs / M` CTAs (at most 8, a cluster,
 ///   each on its own SM) with one vector per thread, so the rows together cover the
-///   SMs and no SM works through a whole row alone.
+///   SMs and no SM works through a whole row alone; but at most 512 threads per CTA,
+///   with more vectors per thread beyond that (a row of 8192 on one CTA: 3.8 µs at 512
+///   threads, 4.1 µs at 1024, M = 128).
 pub fn launch_shape(
     h: usize,
     block: usize,
     m: usize,
     sm_count: u32,
     clusters: bool,
-) -> (u32, u32, u32, bool) {
+) -> (u32, u32, u32) {
     let nv = (h / 8).max(1);
     let vpb = (block / 8).max(1);
     let sms = sm_count.max(1) as usize;
     let latency = m <= sms;
-    // Throughput, short rows (H <= 2048): two vectors per thread in a pipelined row loop
-    // (measured: +3-5 points of copy bandwidth at H = 2048, a loss at 4096 and 5120).
-    let pipelined = !latency && nv <= 256;
-    let (mut c, vectors_per_thread) = if latency {
+    let (mut c, mut vectors_per_thread) = if latency {
         // Latency: enough CTAs per row that all rows together cover the SMs.
         ((sms / m.max(1)).clamp(1, 8), 1)
-    } else if pipelined {
+    } else if nv <= 512 {
         (1, 2)
+    } else if nv <= 2048 {
+        (1, 4)
     } else {
-        // Throughput: one CTA per row up to 2048 vectors (H = 16384); longer rows in
-        // CTAs of 1024 vectors.
-        (
-            if nv <= 2048 {
-                1
-            } else {
-                nv.div_ceil(1024).clamp(1, 8)
-            },
-            4,
-        )
+        (1, nv.div_ceil(512))
     };
     if !clusters {
         c = 1;
@@ -247,9 +233,42 @@ pub fn launch_shape(
         c -= 1;
     }
     let nvc = nv / c;
+    if latency {
+        vectors_per_thread = nvc.div_ceil(512);
+    }
     let g = (nvc.div_ceil(vectors_per_thread).div_ceil(32).clamp(1, 32) * 32) as u32;
     let r = if c > 1 { 1 } else { (128 / g).max(1) };
-    (g, r, c as u32, pipelined)
+    (g, r, c as u32)
+}
+
+/// A launch shape forced by `FP4NORM_TUNE_SHAPE=G,R,C` (threads per row, rows per CTA,
+/// CTAs per row), for measuring launch-shape tables on a device. It applies only to
+/// problems it is valid for ([`shape_fits`]); others keep [`launch_shape`].
+pub fn tune_shape_from_env() -> Option<(u32, u32, u32)> {
+    let v = std::env::var("FP4NORM_TUNE_SHAPE").ok()?;
+    let f: Vec<u32> = v
+        .split(',')
+        .map(|t| t.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    match f.as_slice() {
+        &[g, r, c] => Some((g, r, c)),
+        _ => None,
+    }
+}
+
+/// Whether the kernel supports launch shape `(g, r, c)` for rows of `h` elements in
+/// blocks of `block`: whole warps, at most 1024 threads, a cluster of at most 8 CTAs
+/// that each own whole groups of four scale blocks, and one row per clustered CTA.
+pub fn shape_fits(h: usize, block: usize, shape: (u32, u32, u32), clusters: bool) -> bool {
+    let (g, r, c) = (shape.0 as usize, shape.1 as usize, shape.2 as usize);
+    let nv = h / 8;
+    let vpb = (block / 8).max(1);
+    g >= 32
+        && g % 32 == 0
+        && r >= 1
+        && g * r <= 1024
+        && (1..=8).contains(&c)
+        && (c == 1 || (clusters && r == 1 && nv % c == 0 && (nv / c) % (4 * vpb) == 0))
 }
 
 /// Where compiled cubins are kept between processes: `FP4NORM_CACHE_DIR`, else
@@ -357,51 +376,40 @@ pub fn compile_and_report(cfg: &KernelConfig, arch: &str) -> Result<nvrtc::Resou
     })
 }
 
-type Slot = Arc<OnceLock<Result<(CudaFunction, u32), String>>>;
+type Slot = Arc<OnceLock<Result<CudaFunction, String>>>;
 
 /// Loaded kernels of one device, one entry per specialisation. Concurrent callers asking
 /// for the same specialisation wait for a single compile.
 #[derive(Default)]
 pub struct KernelCache {
     slots: Mutex<HashMap<KernelConfig, Slot>>,
+    /// Specialisations built (compiled, or read from the disk cache) and loaded.
+    builds: std::sync::atomic::AtomicUsize,
 }
 
 impl KernelCache {
-    /// The loaded function for `cfg`, compiling and loading it on first use, and how many
-    /// CTAs of it fit on one SM.
+    /// The loaded function for `cfg`, compiling and loading it on first use.
     pub fn get(
         &self,
         ctx: &Arc<CudaContext>,
         arch: &str,
         cfg: &KernelConfig,
-    ) -> Result<(CudaFunction, u32), Error> {
+    ) -> Result<CudaFunction, Error> {
         nvrtc::ensure_loaded()?;
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             slots.entry(*cfg).or_default().clone()
         };
         slot.get_or_init(|| {
+            self.builds
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let cubin = compile_cached(cfg, arch).map_err(|e| e.to_string())?;
             let module = ctx
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(|e| format!("loading {}: {e}", cfg.describe()))?;
-            let f = module
+            module
                 .load_function(cfg.function_name())
-                .map_err(|e| format!("{}: {e}", cfg.function_name()))?;
-            let mut per_sm = 0i32;
-            // SAFETY: an out-parameter and a live function handle.
-            let r = unsafe {
-                cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &mut per_sm,
-                    f.cu_function(),
-                    cfg.block_threads() as i32,
-                    0,
-                )
-            };
-            if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-                return Err(format!("occupancy of {}: {r:?}", cfg.function_name()));
-            }
-            Ok((f, per_sm.max(1) as u32))
+                .map_err(|e| format!("{}: {e}", cfg.function_name()))
         })
         .clone()
         .map_err(|log| Error::Compile {
@@ -413,6 +421,12 @@ impl KernelCache {
     /// Number of specialisations compiled (or being compiled) so far.
     pub fn len(&self) -> usize {
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Specialisations built and loaded so far: one per specialisation, however many
+    /// callers asked for it at once.
+    pub fn builds(&self) -> usize {
+        self.builds.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether no kernel has been requested yet.

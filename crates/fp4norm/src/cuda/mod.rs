@@ -72,6 +72,8 @@ pub struct Gpu {
     pdl: std::sync::atomic::AtomicBool,
     hw_canonical_nan: bool,
     clusters: bool,
+    /// Measurement knobs read once from the environment (see [`Gpu::config`]).
+    tune_shape: Option<(u32, u32, u32)>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -129,6 +131,7 @@ impl Gpu {
                 Err(_) => (major, minor) == (9, 0),
             },
             clusters: major >= 9,
+            tune_shape: kernel::tune_shape_from_env(),
         })
     }
 
@@ -180,9 +183,15 @@ impl Gpu {
         self.pdl.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Specialisations loaded so far.
+    /// Specialisations requested so far.
     pub fn kernels_loaded(&self) -> usize {
         self.kernels.len()
+    }
+
+    /// Specialisations built (compiled or read from the disk cache) and loaded so far:
+    /// each once, however many threads asked for it at the same time.
+    pub fn kernel_builds(&self) -> usize {
+        self.kernels.builds()
     }
 
     /// The kernel specialisation a call with these parameters uses on this device.
@@ -196,6 +205,23 @@ impl Gpu {
             self.clusters,
         );
         cfg.hw_canonical_nan = self.hw_canonical_nan;
+        // A knob for measuring launch shapes on a device (the bytes never change):
+        // FP4NORM_TUNE_SHAPE=G,R,C forces a launch shape where it is valid.
+        if let Some(shape) = self.tune_shape {
+            if kernel::shape_fits(problem.h, problem.block(), shape, self.clusters) {
+                (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster) = shape;
+            } else {
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!(
+                        "fp4norm: FP4NORM_TUNE_SHAPE {shape:?} does not fit H={} (block {}); the default shape runs",
+                        problem.h,
+                        problem.block()
+                    );
+                }
+            }
+        }
         cfg
     }
 

@@ -524,12 +524,8 @@ pub(crate) unsafe fn launch_fused(
         eps: p.eps,
         _pad: 0,
     };
-    let (f, ctas_per_sm) = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
-    let mut grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
-    if cfg.pipelined {
-        // A persistent grid: every CTA loops over rows; exactly the CTAs that fit at once.
-        grid = grid.min(gpu.sm_count as usize * ctas_per_sm as usize);
-    }
+    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    let grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
     let grid = u32::try_from(grid)
         .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
     let mut args = [&mut params as *mut FusedParams as *mut c_void];
@@ -629,10 +625,9 @@ pub(crate) unsafe fn launch_dequant(
         threads_per_row: 32,
         rows_per_cta: 1,
         cluster: 1,
-        pipelined: false,
         aligned: true,
     };
-    let (f, _) = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let mut params = DequantParams {
         q: c.y_fp4,
         sf,
@@ -702,13 +697,13 @@ pub(crate) unsafe fn launch_copy(
         threads_per_row: 32,
         rows_per_cta: 1,
         cluster: 1,
-        pipelined: false,
         aligned: true,
     };
-    let (f, _) = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let mut n = (bytes / 16) as i64;
     let (mut s, mut d) = (src, dst);
-    let grid = gpu.sm_count * 4;
+    // Four CTAs per SM for large copies; no more CTAs than 512-thread groups of vectors.
+    let grid = (gpu.sm_count as i64 * 4).min((n + 511) / 512).max(1) as u32;
     let mut args = [
         &mut s as *mut u64 as *mut c_void,
         &mut d as *mut u64 as *mut c_void,

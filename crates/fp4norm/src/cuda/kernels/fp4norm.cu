@@ -23,8 +23,6 @@
 //   FP4_HW_CANONICAL_NAN  the packed add/cvt already return 0x7FFF for NaN (no fix-up)
 //   FP4_G            threads per row (a multiple of 32)
 //   FP4_R            rows per CTA
-//   FP4_PIPELINE     loop over rows, loading the next row during the current one (the
-//                    host then launches a persistent grid)
 //   FP4_C            CTAs per row: >1 splits each row over a thread-block cluster whose
 //                    CTAs exchange partial sums of squares through distributed shared
 //                    memory (sm_90+; FP4_R is then 1)
@@ -333,6 +331,20 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
     return d;
 }
 
+// rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation (SPEC.md §1.3).
+// (A checked fast path — approximate rsqrt, Newton steps, and a proof that the f32 result
+// is the chain's — was measured on the H200 and gained nothing: the chain is not on the
+// critical path that matters. BENCHMARKS.md, tuning log.)
+__device__ __forceinline__ float rstd_of(double ss, float eps) {
+#if (FP4_H & (FP4_H - 1)) == 0
+    // H a power of two: ss / H is an exact scaling (ss is far from the subnormal range).
+    const double mean = __dadd_rn(__dmul_rn(ss, 1.0 / (double)FP4_H), (double)eps);
+#else
+    const double mean = __dadd_rn(__ddiv_rn(ss, (double)FP4_H), (double)eps);
+#endif
+    return __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(mean)));
+}
+
 __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
@@ -346,35 +358,6 @@ __device__ __forceinline__ double warp_sum(double v) {
 // their block maximum with one or two shuffles.
 
 #if FP4_KIND == 0
-// With whole rows in registers and one CTA per row group (no cluster), a CTA loops over
-// rows (the host sizes a persistent grid) and issues the next row's loads before it
-// reduces and quantises the current one, so its loads stay in flight through the
-// reduction, the f64 rstd and the quantisation.
-#define PIPELINE (FP4_PIPELINE && FP4_C == 1 && HOLD_IN_REGS)
-
-// Loads one row's x and r vectors (and its global scale) into registers.
-__device__ __forceinline__ void load_row(const Fp4NormParams& p, i64 row, int lane, uint4 (&xv)[VPT], uint4 (&rv)[VPT], float& gs) {
-    const u16* xrow = p.x + row * p.x_stride;
-#if FP4_RESIDUAL
-    const u16* rrow = p.r + row * p.r_stride;
-#endif
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-        const int v = lane + k * FP4_G;
-        if (v < NVC) {
-            xv[k] = load_vec_ro(xrow + v * 8);
-#if FP4_RESIDUAL
-            rv[k] = load_vec(rrow + v * 8);
-#endif
-        }
-    }
-#if FP4_GS == 1
-    gs = p.gs[0];
-#elif FP4_GS == 2
-    gs = p.gs[row];
-#endif
-}
-
 // h = RNdt(x + r) (written back to r) for vector v; adds its squares to ss.
 __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, int v, uint4 x, uint4 r, double& ss) {
 #if FP4_RESIDUAL
@@ -397,29 +380,21 @@ __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, i
     return h;
 }
 
-// The pipelined kernel asks for 768 resident threads per SM (at most 85 registers), so
-// that enough rows are in flight; the compiler must fit the next row's loads in that.
-#if PIPELINE
-#define MIN_CTAS_PER_SM (768 / (FP4_G * FP4_R) > 0 ? 768 / (FP4_G * FP4_R) : 1)
-#else
-#define MIN_CTAS_PER_SM 1
-#endif
-
-extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R, MIN_CTAS_PER_SM)
+// The explicit minimum of one resident CTA per SM matters: without it ptxas trades
+// registers for occupancy and sinks some of pass 1's loads below the first arithmetic,
+// so fewer loads are in flight (measured on the H200: 94 % -> 86 % of copy at
+// 16384 x 16384, with 56 -> 43 registers and no gain in resident CTAs).
+extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R, 1)
 fp4norm_fused(const Fp4NormParams p) {
     const int lane = threadIdx.x % FP4_G;
     const int group = threadIdx.x / FP4_G;
 #if FP4_C > 1
     u32 rank;
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    i64 row = (i64)blockIdx.x / FP4_C;
+    const i64 row = (i64)blockIdx.x / FP4_C;
     const int v0 = (int)rank * NVC;  // this CTA's first vector of the row
-    i64 base = row;                  // one row per cluster, one iteration
-    const i64 step = 0;
 #else
-    i64 base = (i64)blockIdx.x * FP4_R;  // first row of this CTA's row group, per iteration
-    const i64 step = (i64)gridDim.x * FP4_R;
-    i64 row = base + group;
+    const i64 row = (i64)blockIdx.x * FP4_R + group;
     const int v0 = 0;
 #endif
 
@@ -431,8 +406,7 @@ fp4norm_fused(const Fp4NormParams p) {
 #endif
 
 #if WARPS_PER_ROW > 1
-    // Two buffers, alternating between rows: one barrier per row suffices.
-    __shared__ double partial[2][FP4_R][WARPS_PER_ROW];
+    __shared__ double partial[FP4_R][WARPS_PER_ROW];
 #endif
 #if PREFETCH_W
     // The weight does not depend on the row: loaded once per CTA.
@@ -441,30 +415,11 @@ fp4norm_fused(const Fp4NormParams p) {
     for (int k = 0; k < VPT; ++k)
         if (lane + k * FP4_G < NVC) wv[k] = load_weight(p.w + (v0 + lane + k * FP4_G) * 8);
 #endif
-#if PIPELINE
-    uint4 xv[VPT], rv[VPT];
-    float gs_next = 1.0f;
-    if (row < p.m) load_row(p, row, lane, xv, rv, gs_next);
-#endif
-
-    for (int it = 0; base < p.rows_total; ++it) {
+    {
         const bool live = row < p.m;
         uint4 hv[HOLD_IN_REGS ? VPT : 1];
         double ss = 0.0;
         float gs = 1.0f;
-#if PIPELINE
-        // Pass 1 from the registers loaded in the previous iteration.
-        gs = gs_next;
-        if (live) {
-#pragma unroll
-            for (int k = 0; k < VPT; ++k) {
-                const int v = lane + k * FP4_G;
-                if (v < NVC) hv[k] = residual_add(p, row, v, xv[k], rv[k], ss);
-            }
-        }
-        // The next row's loads go out now and land while this row is finished.
-        if (row + step < p.m && step != 0) load_row(p, row + step, lane, xv, rv, gs_next);
-#else
         if (live) {
 #if FP4_GS == 1
             gs = p.gs[0];
@@ -502,22 +457,21 @@ fp4norm_fused(const Fp4NormParams p) {
                 }
             }
         }
-#endif
 
 #if __CUDA_ARCH__ >= 900
         // This CTA's first loads are issued: let the next kernel (if launched with PDL) get
         // scheduled. It still waits for this grid's completion before it reads anything.
-        if (it == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 
         // Row sum of squares: warp shuffles, then across the row's warps through shared memory.
         ss = warp_sum(ss);
 #if WARPS_PER_ROW > 1
-        if ((lane & 31) == 0) partial[it & 1][group][lane >> 5] = ss;
+        if ((lane & 31) == 0) partial[group][lane >> 5] = ss;
         __syncthreads();
         ss = 0.0;
 #pragma unroll
-        for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[it & 1][group][i]);
+        for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[group][i]);
 #endif
 #if FP4_C > 1
         // The row's other parts live in the cluster's other CTAs: publish this CTA's sum,
@@ -544,14 +498,7 @@ fp4norm_fused(const Fp4NormParams p) {
 #endif
 
         if (live) {
-            // rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation.
-#if (FP4_H & (FP4_H - 1)) == 0
-            // H a power of two: ss / H is an exact scaling (ss is far from the subnormal range).
-            const double mean = __dadd_rn(__dmul_rn(ss, 1.0 / (double)FP4_H), (double)p.eps);
-#else
-            const double mean = __dadd_rn(__ddiv_rn(ss, (double)FP4_H), (double)p.eps);
-#endif
-            const float rstd = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(mean)));
+            const float rstd = rstd_of(ss, p.eps);
 #if !HOLD_IN_REGS
             const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
 #endif
@@ -632,9 +579,6 @@ fp4norm_fused(const Fp4NormParams p) {
             for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
         }
 #endif
-        if (!PIPELINE) break;  // otherwise the grid covers every row: one iteration
-        base += step;
-        row += step;
     }
 #if FP4_C > 1
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
