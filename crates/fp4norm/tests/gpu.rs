@@ -624,6 +624,129 @@ fn gpu_two_streams_at_once() {
     t1.1.expect("stream 2");
 }
 
+/// Runs `cases` on `g` (one stream), returning the failures.
+fn run_cases_on(g: &Gpu, cases: &[&Case], seed_mix: u64) -> Vec<String> {
+    let stream = g.context().new_stream().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ seed_mix);
+    let mut failures = Vec::new();
+    for c in cases {
+        let res = match c.dtype {
+            DType::BF16 => run_case::<bf16>(g, &stream, c, &mut rng),
+            DType::F16 => run_case::<f16>(g, &stream, c, &mut rng),
+        };
+        if let Err(e) = res {
+            failures.push(format!("device {} {c:?}: {e}", g.ordinal()));
+        }
+    }
+    failures
+}
+
+/// Many threads, each with its own stream, calling at once with many configurations on
+/// one GPU whose compile cache starts empty (a fresh `Gpu`): every result byte-identical
+/// to the CPU, and every specialisation built exactly once although several threads asked
+/// for it at the same moment (they start together, half of them on the same case). Run
+/// with an empty `FP4NORM_CACHE_DIR` (the device script's `concurrency` step), the builds
+/// are NVRTC compiles racing on the disk cache, also from a second process.
+#[test]
+fn gpu_many_threads_many_specialisations() {
+    let _ = require_gpu!("gpu_many_threads_many_specialisations");
+    let g = Gpu::new(0).expect("opening CUDA device 0");
+    let cases: Vec<Case> = sweep::sweep(DType::BF16)
+        .into_iter()
+        .chain(sweep::sweep(DType::F16))
+        .chain(sweep::edge_cases())
+        .filter(|c| c.m * c.h <= 1 << 18)
+        .collect();
+    let threads = 12usize;
+    let barrier = std::sync::Barrier::new(threads);
+    let started = std::time::Instant::now();
+    let failures: Vec<String> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (g, cases, barrier) = (&g, &cases, &barrier);
+                sc.spawn(move || {
+                    // Even threads all start at case 0; odd ones at their own offset.
+                    let start = if t % 2 == 0 {
+                        0
+                    } else {
+                        t * cases.len() / threads
+                    };
+                    let order: Vec<&Case> = (0..cases.len())
+                        .map(|i| &cases[(start + i) % cases.len()])
+                        .collect();
+                    barrier.wait();
+                    run_cases_on(g, &order, 0x700 + t as u64)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("worker thread panicked"))
+            .collect()
+    });
+    // M = 0 launches nothing, so it builds nothing.
+    let distinct: std::collections::BTreeSet<String> = cases
+        .iter()
+        .filter(|c| c.m > 0)
+        .map(|c| {
+            g.config(&c.problem(c.dtype), c.gs_mode(), c.aligned())
+                .describe()
+        })
+        .collect();
+    eprintln!(
+        "{threads} threads x {} cases ({} specialisations) in {:.1} s: {} failed; {} built",
+        cases.len(),
+        distinct.len(),
+        started.elapsed().as_secs_f64(),
+        failures.len(),
+        g.kernel_builds()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(
+        g.kernels_loaded(),
+        distinct.len(),
+        "specialisations requested"
+    );
+    assert_eq!(
+        g.kernel_builds(),
+        distinct.len(),
+        "each specialisation built once"
+    );
+}
+
+/// Two GPUs at once, where present: one thread per device runs the bf16 sweep's small
+/// cases concurrently, every result byte-identical to the CPU.
+#[test]
+fn gpu_two_devices_at_once() {
+    let g0 = require_gpu!("gpu_two_devices_at_once");
+    if fp4norm::cuda::device_count() < 2 {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED (one CUDA device): gpu_two_devices_at_once"
+        );
+        return;
+    }
+    let g1 = Gpu::new(1).expect("opening CUDA device 1");
+    let all = sweep::sweep(DType::BF16);
+    let cases: Vec<&Case> = all.iter().filter(|c| c.m * c.h <= 1 << 22).collect();
+    let started = std::time::Instant::now();
+    let failures: Vec<String> = std::thread::scope(|sc| {
+        let a = sc.spawn(|| run_cases_on(g0, &cases, 0x2d0));
+        let b = sc.spawn(|| run_cases_on(&g1, &cases, 0x2d1));
+        let mut f = a.join().expect("device 0 thread");
+        f.extend(b.join().expect("device 1 thread"));
+        f
+    });
+    eprintln!(
+        "two devices at once: {} cases on each in {:.1} s, {} failed",
+        cases.len(),
+        started.elapsed().as_secs_f64(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// A second device, where present.
 #[test]
 fn gpu_second_device() {

@@ -206,7 +206,15 @@ pub fn edge_cases() -> Vec<Case> {
     let mut out = Vec::new();
     for dtype in [DType::BF16, DType::F16] {
         for (i, &format) in FORMATS.iter().enumerate() {
-            for (m, h) in [(1usize, 64usize), (129, 2880), (5, 65536), (200, 96)] {
+            // (300, 16384): long rows in the throughput regime, rotated row starts
+            // (FP4_ROTATE) in every layout, element-wise and without residual too.
+            for (m, h) in [
+                (1usize, 64usize),
+                (129, 2880),
+                (5, 65536),
+                (200, 96),
+                (300, 16384),
+            ] {
                 let h = if h % format.block_size() == 0 {
                     h
                 } else {
