@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a working tree carrying .artifacts/ (see gpu-build.sh).
-# Usage: bash scripts/gpu-check.sh [tests] [sanitize] [bench] [peers] [all]
+# Usage: bash scripts/gpu-check.sh [tests] [concurrency] [sanitize] [bench] [layouts] [peers] [all]
+#        bash scripts/gpu-check.sh tune | nanexp     (measurements, not in `all`)
 # Logs go to $OUT (the device tool brings them back); a short summary prints last.
 set -u
 cd "$(dirname "$0")/.."
@@ -9,6 +10,8 @@ mkdir -p "$out"
 export FP4NORM_REQUIRE_GPU=1
 export FP4NORM_CACHE_DIR=$PWD/.artifacts/kcache
 export PYTHONUNBUFFERED=1
+# NVRTC of the torch wheel, for specialisations not in the carried cache (tuning runs).
+export FP4NORM_NVRTC_DIR=${FP4NORM_NVRTC_DIR:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib}
 bin=.artifacts/bin
 modes=${*:-all}
 has() { [[ " $modes " == *" $1 "* || " $modes " == *" all "* ]]; }
@@ -23,6 +26,37 @@ if has tests; then
   summary+=("tests: $(grep 'test result' "$out/gpu-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
 fi
 
+if has concurrency; then
+  echo "== concurrency: 12 threads x many specialisations, empty disk cache, two processes at once"
+  cdir=$(mktemp -d)
+  FP4NORM_CACHE_DIR=$cdir "$bin/gpu" gpu_many_threads_many_specialisations --nocapture > "$out/concurrency-a.log" 2>&1 &
+  FP4NORM_CACHE_DIR=$cdir "$bin/gpu" gpu_many_threads_many_specialisations --nocapture > "$out/concurrency-b.log" 2>&1
+  wait
+  cat "$out/concurrency-a.log" "$out/concurrency-b.log" > "$out/concurrency.log"; rm -f "$out"/concurrency-[ab].log
+  grep -E "threads x|test result|panicked" "$out/concurrency.log"
+  summary+=("concurrency (2 processes, fresh cache $(ls $cdir/sm_90 | grep -c cubin) cubins): $(grep -c 'test result: ok' "$out/concurrency.log")/2 ok")
+  # each process saw an empty cache
+  if [ "$(ls $cdir/sm_90 | grep -c tmp)" != 0 ]; then summary+=("concurrency: temporary files left in the cache"); fi
+fi
+
+if [[ " $modes " == *" tune "* ]]; then
+  # Launch shapes against the default, one bench row each (nvfp4, row-major unless
+  # TUNE_FORMAT / TUNE_LAYOUT say otherwise, or a line's fourth field). Each line:
+  # M H LAYOUT SHAPE... where a shape is G,R,C (FP4NORM_TUNE_SHAPE); "default" comes first.
+  echo "== launch-shape tuning"
+  : > "$out/tune.log"
+  while read -r m h layout shapes; do
+    [ -z "$m" ] && continue
+    for sh in default $shapes; do
+      unset FP4NORM_TUNE_SHAPE
+      [ "$sh" != default ] && export FP4NORM_TUNE_SHAPE=$sh
+      line=$("$bin/fp4norm" bench --device cuda --m "$m" --h "$h" --format ${TUNE_FORMAT:-nvfp4} --layout "$layout" --copy-mib 1024 2>&1 | grep -E "^ +$m +$h |does not fit" | tr -s ' ' | tr '\n' ' ')
+      echo "TUNE $m $h $layout $sh | $line" | tee -a "$out/tune.log"
+    done
+    unset FP4NORM_TUNE_SHAPE
+  done <<< "${TUNE_SHAPES:-$(cat scripts/tune-shapes.txt)}"
+fi
+
 if [[ " $modes " == *" nanexp "* ]]; then
   echo "== experiment: kernels without the NaN fix-up (do the packed add/cvt give 0x7FFF?)"
   FP4NORM_ASSUME_HW_CANONICAL_NAN=1 FP4NORM_CACHE_DIR=/tmp/kcache-nan "$bin/gpu" --test-threads=3 gpu_edge_cases gpu_sweep 2>&1 | tee "$out/nanexp.log" | grep -E "^FAIL|test result" | head -20
@@ -31,8 +65,12 @@ fi
 
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do
-    echo "== compute-sanitizer $tool (small sweep)"
-    FP4NORM_GPU_SWEEP=small timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu" --test-threads=1 gpu_sweep_bf16 gpu_graph > "$out/sanitize-$tool.log" 2>&1
+    # SANITIZE_SWEEP=full: the whole sweep (bf16, f16, edge cases) and the graph test.
+    sweep=${SANITIZE_SWEEP:-small}
+    tests="gpu_sweep_bf16 gpu_graph"
+    if [ "$sweep" = full ]; then tests="gpu_sweep gpu_edge_cases gpu_graph"; fi
+    echo "== compute-sanitizer $tool ($sweep sweep: $tests)"
+    FP4NORM_GPU_SWEEP=$sweep timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu" --test-threads=1 $tests > "$out/sanitize-$tool.log" 2>&1
     rc=$?
     tail -3 "$out/sanitize-$tool.log"
     summary+=("sanitizer $tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)")
