@@ -38,6 +38,11 @@ pub trait Backend {
     fn pdl_chain(&self, _case: &Case) -> Option<Result<(f64, f64), CliError>> {
         None
     }
+    /// Seconds per launch of a near-empty kernel replayed from a CUDA graph: the floor
+    /// under any graph-replay figure on this device. `None`: no graphs here.
+    fn launch_floor(&self) -> Option<Result<f64, CliError>> {
+        None
+    }
 }
 
 /// One call, ready to run on a backend.

@@ -22,6 +22,8 @@ const QUICK_M: &[usize] = &[1, 256];
 const QUICK_H: &[usize] = &[2048, 7168];
 /// Shapes up to this many elements are checked on every row; larger ones on three tiles.
 const FULL_CHECK_ELEMS: usize = 1 << 22;
+/// Shapes moving at least this many bytes also get a copy of their own size timed (GPU).
+const SAME_SIZE_COPY_MIN: u64 = 32 << 20;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -134,6 +136,10 @@ struct Row {
     max_us: f64,
     gb_per_s: f64,
     vs_copy: f64,
+    /// GB/s of a copy of this call's own byte count (half read, half written), for shapes
+    /// of at least `SAME_SIZE_COPY_MIN` bytes on a GPU: what launch and ramp-up leave of
+    /// the large-buffer yardstick at this size.
+    copy_same_bytes_gb_per_s: Option<f64>,
     /// "ok", "MISMATCH" or "skipped".
     check: String,
     /// Rows compared with the reference (all M, or three 128-row tiles).
@@ -148,6 +154,8 @@ struct Report {
     device_description: String,
     clock: String,
     copy: CopyBaseline,
+    /// µs per launch of a near-empty kernel replayed from a CUDA graph (GPU only).
+    launch_floor_us: Option<f64>,
     eps: f32,
     global_scale: f32,
     seed: u64,
@@ -253,6 +261,16 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
         copy.reps,
         copy.gb_per_s
     )?;
+    let launch_floor_us = match backend.launch_floor() {
+        Some(t) => Some(t? * 1e6),
+        None => None,
+    };
+    if let Some(us) = launch_floor_us {
+        writeln!(
+            out,
+            "launch floor: {us:.2} µs per launch of a one-CTA kernel that moves 16 bytes, replayed from a CUDA graph (500 per graph)"
+        )?;
+    }
     writeln!(
         out,
         "op: {} + RMSNorm + FP4 quantisation, eps {:e}, global scale {}, y_out {}; bytes per call as in SPEC.md §6",
@@ -371,6 +389,13 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
         "GB/s = SPEC.md §6 bytes / median time; 'vs copy' = GB/s / copy baseline. Shapes that fit in the CPU \
          caches stay there between calls, so they can beat a DRAM-sized copy."
     )?;
+    if rows.iter().any(|r| r.copy_same_bytes_gb_per_s.is_some()) {
+        writeln!(
+            out,
+            "'vs same' = graph GB/s / a copy of the call's own byte count (half read, half written), \
+             timed alone: the copy figure left at this size once launch and ramp-up are paid."
+        )?;
+    }
     for r in rows.iter().filter(|r| r.mismatch.is_some()) {
         writeln!(
             out,
@@ -408,6 +433,7 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
             device_description: backend.describe(),
             clock: backend.clock().into(),
             copy,
+            launch_floor_us,
             eps: a.eps,
             global_scale: a.global_scale,
             seed: a.seed,
@@ -493,6 +519,12 @@ fn bench_one(
         Some(t) => Some(median(&mut t?) * 1e6),
         None => None,
     };
+    drop(prep);
+    let copy_same_bytes_gb_per_s = if graph_us.is_some() && bytes >= SAME_SIZE_COPY_MIN {
+        Some(backend.copy_baseline(bytes as usize / 2, 10)?.gb_per_s)
+    } else {
+        None
+    };
     Ok(Row {
         m: case.m,
         h: case.h,
@@ -511,6 +543,7 @@ fn bench_one(
         max_us: times[times.len() - 1] * 1e6,
         gb_per_s: gbps,
         vs_copy: gbps / copy.gb_per_s,
+        copy_same_bytes_gb_per_s,
         check,
         rows_checked,
         mismatch,
@@ -609,7 +642,10 @@ fn print_table(out: &mut dyn Write, rows: &[Row], do_check: bool) -> Result<(), 
         "GB/s",
         "vs copy",
         if graphs {
-            format!(" {:>9} {:>7} {:>7}", "graph µs", "GB/s", "vs copy")
+            format!(
+                " {:>9} {:>7} {:>7} {:>9}",
+                "graph µs", "GB/s", "vs copy", "vs same"
+            )
         } else {
             String::new()
         }
@@ -624,12 +660,16 @@ fn print_table(out: &mut dyn Write, rows: &[Row], do_check: bool) -> Result<(), 
         };
         let graph = match (r.graph_us, r.graph_gb_per_s) {
             (Some(us), Some(gb)) => format!(
-                " {:>9} {:>7.1} {:>6.1}%",
+                " {:>9} {:>7.1} {:>6.1}% {:>9}",
                 fmt_us(us),
                 gb,
-                100.0 * r.vs_copy * gb / r.gb_per_s
+                100.0 * r.vs_copy * gb / r.gb_per_s,
+                match r.copy_same_bytes_gb_per_s {
+                    Some(c) => format!("{:.1}%", 100.0 * gb / c),
+                    None => "-".into(),
+                }
             ),
-            _ if graphs => format!(" {:>9} {:>7} {:>7}", "-", "-", "-"),
+            _ if graphs => format!(" {:>9} {:>7} {:>7} {:>9}", "-", "-", "-", "-"),
             _ => String::new(),
         };
         writeln!(
