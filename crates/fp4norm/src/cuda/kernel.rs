@@ -246,13 +246,14 @@ pub fn launch_shape(
 /// problems it is valid for ([`shape_fits`]); others keep [`launch_shape`].
 pub fn tune_shape_from_env() -> Option<(u32, u32, u32)> {
     let v = std::env::var("FP4NORM_TUNE_SHAPE").ok()?;
-    let f: Vec<u32> = v
-        .split(',')
-        .map(|t| t.trim().parse().ok())
-        .collect::<Option<_>>()?;
-    match f.as_slice() {
-        &[g, r, c] => Some((g, r, c)),
-        _ => None,
+    let f: Option<Vec<u32>> = v.split(',').map(|t| t.trim().parse().ok()).collect();
+    match f.as_deref() {
+        Some(&[g, r, c]) => Some((g, r, c)),
+        _ => {
+            // A measurement knob: say it is ignored rather than measure the default unawares.
+            eprintln!("fp4norm: FP4NORM_TUNE_SHAPE={v:?} is not G,R,C (three integers); ignored");
+            None
+        }
     }
 }
 
@@ -432,5 +433,67 @@ impl KernelCache {
     /// Whether no kernel has been requested yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMS: u32 = 132;
+
+    #[test]
+    fn launch_table_is_the_measured_one() {
+        // BENCHMARKS.md, "Launch-shape tuning" (H200): (H, M) -> (G, R, C).
+        for (h, m, want) in [
+            (1024, 65536, (64, 2, 1)),
+            (2048, 32768, (128, 1, 1)),
+            (4096, 16384, (256, 1, 1)),
+            (5120, 16384, (160, 1, 1)),
+            (8192, 8192, (256, 1, 1)),
+            (16384, 4096, (512, 1, 1)),
+            (32768, 2048, (512, 1, 1)),
+            (4096, 1, (64, 1, 8)),
+            (8192, 16, (128, 1, 8)),
+            (8192, 128, (512, 1, 1)),
+        ] {
+            assert_eq!(launch_shape(h, 16, m, SMS, true), want, "H={h} M={m}");
+        }
+        // Without clusters (pre-Hopper) a row is never split.
+        assert_eq!(launch_shape(4096, 16, 1, SMS, false).2, 1);
+    }
+
+    #[test]
+    fn every_chosen_shape_is_one_the_kernel_supports() {
+        for h in (16..=65536usize)
+            .step_by(16)
+            .filter(|h| h % 160 == 0 || h.is_power_of_two())
+        {
+            for block in [16, 32] {
+                if h % block != 0 {
+                    continue;
+                }
+                for m in [1, 2, 7, 16, 66, 128, 132, 133, 1000, 16384] {
+                    for clusters in [true, false] {
+                        let s = launch_shape(h, block, m, SMS, clusters);
+                        assert!(
+                            shape_fits(h, block, s, clusters),
+                            "H={h} B={block} M={m}: {s:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shape_fits_refuses_what_the_kernel_cannot_run() {
+        assert!(!shape_fits(4096, 16, (48, 1, 1), true)); // not whole warps
+        assert!(!shape_fits(4096, 16, (512, 4, 1), true)); // 2048 threads
+        assert!(!shape_fits(4096, 16, (64, 2, 8), true)); // clustered CTAs own one row
+        assert!(!shape_fits(4096, 16, (64, 1, 8), false)); // no clusters on this device
+        assert!(!shape_fits(5120, 16, (64, 1, 3), true)); // 640 vectors do not split in 3
+        assert!(!shape_fits(4096, 16, (32, 1, 16), true)); // at most 8 CTAs per cluster
+        assert!(shape_fits(4096, 16, (64, 1, 8), true));
     }
 }
