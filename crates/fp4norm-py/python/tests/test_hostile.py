@@ -5,8 +5,9 @@ not: every output *and* y_out checked for writes after an error, the remaining d
 (float64, int16, bool, byte-swapped, object), overlapping rows made with as_strided,
 partial and interleaved aliasing, the global scale aliasing an output, non-contiguous
 inner dimensions of y_out and 3-D inputs, M = 0 / H = 0, the raw `_core` entry point with
-sizes past isize::MAX, and a leak test: 10^5 calls (reference counts, RSS), then 3·10^4
-calls under tracemalloc.
+sizes past isize::MAX, torch tensors whose storage was freed or shrunk (skipped without
+torch), and a leak test: 10^5 calls (reference counts, RSS), then 3·10^4 calls under
+tracemalloc.
 """
 
 from __future__ import annotations
@@ -292,3 +293,27 @@ def test_no_leaks_over_100k_calls():
     assert maxrss1 - maxrss0 < 16 * 1024, report
     assert traced[2] - traced[0] < 64 * 1024, report
     assert traced[2] - traced[1] < 8 * 1024, report
+
+
+def test_torch_tensor_with_freed_or_shrunk_storage_is_refused():
+    """A torch tensor whose storage was freed (`untyped_storage().resize_(0)`, as FSDP-style
+    code does) or shrunk keeps its shape; fp4norm must refuse it, naming it, before it
+    writes anything."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(M, H, generator=g).to(torch.bfloat16)
+    w = torch.ones(H, dtype=torch.bfloat16)
+    for shrink_to in (0, M * H):  # freed; half of the bf16 bytes left
+        r = torch.randn(M, H, generator=g).to(torch.bfloat16)
+        x0 = x.clone()
+        r.untyped_storage().resize_(shrink_to)
+        with pytest.raises(ValueError) as info:
+            fp4norm.add_rmsnorm_fp4quant(x, r, w)
+        assert "residual" in str(info.value) and "storage" in str(info.value), str(info.value)
+        assert torch.equal(x, x0)
+    # A view into the middle of a storage that was shrunk below the view's end.
+    base = torch.randn(2 * M, H, generator=g).to(torch.bfloat16)
+    view = base[M:]
+    base.untyped_storage().resize_(M * H * 2 + 16)
+    with pytest.raises(ValueError, match="input.*storage"):
+        fp4norm.rmsnorm_fp4quant(view, w)
