@@ -107,11 +107,20 @@ class _View:
         self.ptr = int(t.data_ptr())
         self.shape = tuple(int(s) for s in t.shape)
         self.strides = tuple(int(s) for s in t.stride())
-        if t.numel() > 0 and hasattr(t, "untyped_storage"):  # torch >= 2.0
+        self.dt = _torch_dtype_codes(torch).get(t.dtype, str(t.dtype).replace("torch.", ""))
+        self.contiguous = bool(t.is_contiguous())
+        self.writeable = True
+        numel = int(t.numel())
+        if numel > 0 and hasattr(t, "untyped_storage"):  # torch >= 2.0
             # A tensor whose storage was freed or shrunk (`untyped_storage().resize_(..)`,
             # as FSDP-style code does) still reports its old shape; its elements must lie
             # inside the storage it has now, or the kernel would touch memory it does not own.
-            span = sum((n - 1) * st for n, st in zip(self.shape, self.strides)) + 1
+            # (About 0.4 us per tensor: the span of a contiguous tensor is its numel.)
+            span = numel
+            if not self.contiguous:
+                span = 1
+                for n, st in zip(self.shape, self.strides):
+                    span += (n - 1) * st
             need = (int(t.storage_offset()) + span) * int(t.element_size())
             have = int(t.untyped_storage().nbytes())
             if self.ptr == 0 or need > have:
@@ -119,9 +128,6 @@ class _View:
                     f"{self.name}: its storage holds {have} bytes but the tensor of shape "
                     f"{list(self.shape)} spans {need} (was its storage freed or resized?)"
                 )
-        self.dt = _torch_dtype_codes(torch).get(t.dtype, str(t.dtype).replace("torch.", ""))
-        self.contiguous = bool(t.is_contiguous())
-        self.writeable = True
 
     def _from_numpy(self, a: Any) -> None:
         self.kind = "numpy"
