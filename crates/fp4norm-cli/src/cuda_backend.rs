@@ -61,20 +61,7 @@ impl CudaBackend {
                 self.gpu.set_programmatic_dependent_launch(false);
                 Ok(())
             };
-            chain()?; // compile and load outside the capture
-            s.synchronize().map_err(cuda_err("waiting for the GPU"))?;
-            s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .map_err(cuda_err("starting capture"))?;
-            let captured = chain();
-            let graph = s
-                .end_capture(sys::CUgraphInstantiate_flags(0))
-                .map_err(cuda_err("ending capture"))?;
-            captured?;
-            let graph = graph.ok_or_else(|| CliError("graph capture produced no graph".into()))?;
-            graph.launch().map_err(cuda_err("replaying a graph"))?;
-            let mut times: Vec<f64> = (0..50)
-                .map(|_| time_events(s, || graph.launch().map_err(cuda_err("replaying a graph"))))
-                .collect::<Result<_, _>>()?;
+            let mut times = graph_replay_times(s, 50, chain)?;
             result[i] = median(&mut times) / PAIRS as f64;
         }
         Ok((result[0], result[1]))
@@ -119,28 +106,15 @@ impl Backend for CudaBackend {
             let s = &self.stream;
             let buf: CudaSlice<u8> = s.alloc_zeros(32).map_err(cuda_err("allocating"))?;
             let p = buf.device_ptr(s).0;
-            let launch = || {
-                unsafe { self.gpu.copy_raw(s.cu_stream(), p, p + 16, 16) }
-                    .map_err(|e| CliError(e.to_string()))
-            };
-            launch()?;
-            s.synchronize().map_err(cuda_err("waiting for the GPU"))?;
             let per_graph = 500;
-            s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .map_err(cuda_err("starting capture"))?;
-            let launched = (0..per_graph).try_for_each(|_| launch());
-            let graph = s
-                .end_capture(sys::CUgraphInstantiate_flags(0))
-                .map_err(cuda_err("ending capture"))?;
-            launched?;
-            let graph = graph.ok_or_else(|| CliError("graph capture produced no graph".into()))?;
-            graph.launch().map_err(cuda_err("replaying a graph"))?;
-            let mut times = Vec::new();
-            for _ in 0..20 {
-                let t = time_events(s, || graph.launch().map_err(cuda_err("replaying a graph")))?;
-                times.push(t / per_graph as f64);
-            }
-            Ok(median(&mut times))
+            let launches = || {
+                (0..per_graph).try_for_each(|_| {
+                    unsafe { self.gpu.copy_raw(s.cu_stream(), p, p + 16, 16) }
+                        .map_err(|e| CliError(e.to_string()))
+                })
+            };
+            let mut times = graph_replay_times(s, 20, launches)?;
+            Ok(median(&mut times) / per_graph as f64)
         })())
     }
 
@@ -194,6 +168,32 @@ impl Backend for CudaBackend {
             gb_per_s: 2.0 * bytes as f64 / median_s / 1e9,
         })
     }
+}
+
+/// Runs `work` once (so that its kernels are compiled and loaded), captures it in a CUDA
+/// graph on `stream`, replays the graph once to warm up, then times `replays` replays with
+/// events: seconds per replay.
+fn graph_replay_times(
+    stream: &Arc<CudaStream>,
+    replays: usize,
+    work: impl Fn() -> Result<(), CliError>,
+) -> Result<Vec<f64>, CliError> {
+    work()?;
+    stream
+        .synchronize()
+        .map_err(cuda_err("waiting for the GPU"))?;
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(cuda_err("starting capture"))?;
+    let captured = work();
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .map_err(cuda_err("ending capture"))?;
+    captured?;
+    let graph = graph.ok_or_else(|| CliError("graph capture produced no graph".into()))?;
+    let replay = || graph.launch().map_err(cuda_err("replaying a graph"));
+    replay()?;
+    (0..replays).map(|_| time_events(stream, replay)).collect()
 }
 
 /// Seconds between two events recorded around `f` on `stream`.
@@ -339,27 +339,10 @@ impl<'a> CudaPrepared<'a> {
     /// graph is replayed `replays` times (launch overhead mostly gone, as in an engine
     /// that captures its decode step).
     fn graph_times(&mut self, per_graph: usize, replays: usize) -> Result<Vec<f64>, CliError> {
-        let s = &self.be.stream;
-        self.launch().map_err(|e| CliError(e.to_string()))?; // compile + load before capture
-        s.synchronize().map_err(cuda_err("waiting for the GPU"))?;
-        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(cuda_err("starting capture"))?;
-        let mut launched = Ok(());
-        for _ in 0..per_graph {
-            launched = launched.and(self.launch());
-        }
-        let graph = s
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .map_err(cuda_err("ending capture"))?;
-        launched.map_err(|e| CliError(e.to_string()))?;
-        let graph = graph.ok_or_else(|| CliError("graph capture produced no graph".into()))?;
-        graph.launch().map_err(cuda_err("replaying a graph"))?; // warm
-        let mut out = Vec::with_capacity(replays);
-        for _ in 0..replays {
-            let t = time_events(s, || graph.launch().map_err(cuda_err("replaying a graph")))?;
-            out.push(t / per_graph as f64);
-        }
-        Ok(out)
+        let calls =
+            || (0..per_graph).try_for_each(|_| self.launch().map_err(|e| CliError(e.to_string())));
+        let times = graph_replay_times(&self.be.stream, replays, calls)?;
+        Ok(times.into_iter().map(|t| t / per_graph as f64).collect())
     }
 }
 
