@@ -61,8 +61,12 @@ macro_rules! require_gpu {
 
 /// Says so on the real stderr (the test harness captures `eprintln!` of passing tests).
 fn skipped(what: &str) {
+    skipped_because("no CUDA device", what);
+}
+
+fn skipped_because(reason: &str, what: &str) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "SKIPPED (no CUDA device): {what}");
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED ({reason}): {what}");
 }
 
 fn seed() -> u64 {
@@ -436,10 +440,10 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
     Ok(())
 }
 
-fn run_sweep(name: &str, cases: &[Case]) {
-    let g = require_gpu!(name);
+/// Runs `cases` on `g` (one stream), returning the failures.
+fn run_cases_on(g: &Gpu, cases: &[&Case], seed_mix: u64) -> Vec<String> {
     let stream = g.context().new_stream().unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ cases.len() as u64);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ seed_mix);
     let mut failures = Vec::new();
     for c in cases {
         let res = match c.dtype {
@@ -447,9 +451,18 @@ fn run_sweep(name: &str, cases: &[Case]) {
             DType::F16 => run_case::<f16>(g, &stream, c, &mut rng),
         };
         if let Err(e) = res {
-            eprintln!("FAIL {c:?}: {e}");
-            failures.push(format!("{c:?}: {e}"));
+            failures.push(format!("device {} {c:?}: {e}", g.ordinal()));
         }
+    }
+    failures
+}
+
+fn run_sweep(name: &str, cases: &[Case]) {
+    let g = require_gpu!(name);
+    let cases: Vec<&Case> = cases.iter().collect();
+    let failures = run_cases_on(g, &cases, cases.len() as u64);
+    for f in &failures {
+        eprintln!("FAIL {f}");
     }
     eprintln!("{} cases, {} failed", cases.len(), failures.len());
     assert!(
@@ -624,23 +637,6 @@ fn gpu_two_streams_at_once() {
     t1.1.expect("stream 2");
 }
 
-/// Runs `cases` on `g` (one stream), returning the failures.
-fn run_cases_on(g: &Gpu, cases: &[&Case], seed_mix: u64) -> Vec<String> {
-    let stream = g.context().new_stream().unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ seed_mix);
-    let mut failures = Vec::new();
-    for c in cases {
-        let res = match c.dtype {
-            DType::BF16 => run_case::<bf16>(g, &stream, c, &mut rng),
-            DType::F16 => run_case::<f16>(g, &stream, c, &mut rng),
-        };
-        if let Err(e) = res {
-            failures.push(format!("device {} {c:?}: {e}", g.ordinal()));
-        }
-    }
-    failures
-}
-
 /// Many threads, each with its own stream, calling at once with many configurations on
 /// one GPU whose compile cache starts empty (a fresh `Gpu`): every result byte-identical
 /// to the CPU, and every specialisation built exactly once although several threads asked
@@ -720,11 +716,7 @@ fn gpu_many_threads_many_specialisations() {
 fn gpu_two_devices_at_once() {
     let g0 = require_gpu!("gpu_two_devices_at_once");
     if fp4norm::cuda::device_count() < 2 {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIPPED (one CUDA device): gpu_two_devices_at_once"
-        );
+        skipped_because("one CUDA device", "gpu_two_devices_at_once");
         return;
     }
     let g1 = Gpu::new(1).expect("opening CUDA device 1");
@@ -752,11 +744,7 @@ fn gpu_two_devices_at_once() {
 fn gpu_second_device() {
     let _ = require_gpu!("gpu_second_device");
     if fp4norm::cuda::device_count() < 2 {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIPPED (one CUDA device): gpu_second_device"
-        );
+        skipped_because("one CUDA device", "gpu_second_device");
         return;
     }
     let g1 = Gpu::new(1).unwrap();
@@ -811,11 +799,7 @@ fn gpu_second_device() {
 fn gpu_huge_tensor_spot_rows() {
     let g = require_gpu!("gpu_huge_tensor_spot_rows");
     if std::env::var_os("FP4NORM_GPU_HUGE").is_none() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIPPED (set FP4NORM_GPU_HUGE=1): gpu_huge_tensor_spot_rows"
-        );
+        skipped_because("set FP4NORM_GPU_HUGE=1", "gpu_huge_tensor_spot_rows");
         return;
     }
     let (m, h) = (65536usize, 32768usize);
