@@ -393,7 +393,7 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
         writeln!(
             out,
             "'vs same' = graph GB/s / a copy of the call's own byte count (half read, half written), \
-             timed alone: the copy figure left at this size once launch and ramp-up are paid."
+             back-to-back copies timed between events: the copy figure left at this size once launch and ramp-up are paid."
         )?;
     }
     for r in rows.iter().filter(|r| r.mismatch.is_some()) {
