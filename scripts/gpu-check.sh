@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a working tree carrying .artifacts/ (see gpu-build.sh).
 # Usage: bash scripts/gpu-check.sh [tests] [concurrency] [sanitize] [bench] [layouts] [peers] [all]
-#        bash scripts/gpu-check.sh tune | nanexp     (measurements, not in `all`)
+#        bash scripts/gpu-check.sh tune | nanexp | ab | ncu   (measurements, not in `all`)
 # Logs go to $OUT (the device tool brings them back); a short summary prints last.
 set -u
 cd "$(dirname "$0")/.."
@@ -61,6 +61,89 @@ if [[ " $modes " == *" nanexp "* ]]; then
   echo "== experiment: kernels without the NaN fix-up (do the packed add/cvt give 0x7FFF?)"
   FP4NORM_ASSUME_HW_CANONICAL_NAN=1 FP4NORM_CACHE_DIR=/tmp/kcache-nan "$bin/gpu" --test-threads=3 gpu_edge_cases gpu_sweep 2>&1 | tee "$out/nanexp.log" | grep -E "^FAIL|test result" | head -20
   summary+=("no-NaN-fix-up experiment: $(grep 'test result' "$out/nanexp.log" | tail -1)")
+fi
+
+if [[ " $modes " == *" ab "* ]]; then
+  # A/B of kernel-source variants, timed by one binary in one run: every .cu file in
+  # .artifacts/variants/ (or AB_VARIANTS) through FP4NORM_KERNEL_SOURCE, AB_ROUNDS rounds,
+  # round-robin so that drift hits every variant alike; the first variant (sorted) is the
+  # baseline of the ratios. AB_SETS: bench argument sets, one per line.
+  echo "== A/B of kernel variants"
+  : > "$out/ab.log"
+  variants=${AB_VARIANTS:-$(ls .artifacts/variants/*.cu)}
+  sets=${AB_SETS:-"--m 1,16 --h 2048,4096,5120,8192 --layout row-major
+--m 128 --h 8192 --layout row-major
+--m 1024 --h 4096 --layout row-major
+--m 16384 --h 4096 --layout row-major,swizzled
+--m 16384 --h 8192,16384 --layout row-major"}
+  for round in $(seq "${AB_ROUNDS:-2}"); do
+    for v in $variants; do
+      name=$(basename "$v" .cu)
+      while read -r set; do
+        [ -z "$set" ] && continue
+        FP4NORM_KERNEL_SOURCE=$v "$bin/fp4norm" bench --device cuda $set --copy-mib 1024 2>&1 \
+          | grep -E "^ +[0-9]+ +[0-9]+ |copy baseline|FAIL|mismatch|error" | sed "s/^/AB $name $round | /" >> "$out/ab.log"
+      done <<< "$sets"
+      echo "round $round: $name done ($(grep -c "AB $name $round | .* ok *$" "$out/ab.log") rows ok)"
+    done
+  done
+  python3 - "$out/ab.log" <<'PY' | tee "$out/ab-summary.txt"
+import collections, statistics, sys
+rows = collections.defaultdict(lambda: collections.defaultdict(list))
+order, names = [], []
+for line in open(sys.argv[1]):
+    head, _, rest = line.partition(" | ")
+    _, name, _ = head.split()
+    if name not in names:
+        names.append(name)
+    f = rest.split()
+    if len(f) < 14 or not f[0].isdigit():
+        continue
+    key = " ".join(f[:5])
+    if key not in order:
+        order.append(key)
+    rows[key][name].append((float(f[10]), f[12], f[-1]))
+base = names[0]
+print("graph-replay median µs per call (median over rounds; % of copy of that run); ratio = variant / " + base)
+print(f"{'M H format dtype layout':34}" + "".join(f"{n:>24}" for n in names))
+for key in order:
+    cells = []
+    b = statistics.median(t for t, _, _ in rows[key][base]) if rows[key][base] else None
+    for n in names:
+        v = rows[key][n]
+        if not v:
+            cells.append(f"{'-':>24}")
+            continue
+        t = statistics.median(x for x, _, _ in v)
+        ok = all(c == "ok" for _, _, c in v)
+        r = f" {t / b:.3f}" if b else ""
+        cells.append(f"{t:9.2f} {v[-1][1]:>6}{r:>6}{'' if ok else ' BAD':>3}")
+    print(f"{key:34}" + "".join(cells))
+PY
+  summary+=("ab: see ab-summary.txt")
+fi
+
+if [[ " $modes " == *" ncu "* ]]; then
+  # Hardware counters of one fused-kernel launch per line of NCU_SHAPES ("M H LAYOUT FORMAT
+  # [VARIANT.cu]"): DRAM bytes, L2 requests and sectors, instructions, time.
+  echo "== Nsight Compute counters"
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$ncu_bin" ]; then
+    echo "ncu: not found"; summary+=("ncu: not found")
+  else
+    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_requests_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_write.sum,lts__t_sectors_srcunit_tex_op_write.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
+    : > "$out/ncu.log"
+    while read -r m h layout fmt variant; do
+      [ -z "$m" ] && continue
+      echo "NCU $m $h $layout $fmt ${variant:-default}" | tee -a "$out/ncu.log"
+      ( [ -n "$variant" ] && export FP4NORM_KERNEL_SOURCE=$variant
+        timeout 120 "$ncu_bin" --kernel-name fp4norm_fused --launch-skip 5 --launch-count 1 --metrics "$metrics" \
+          "$bin/fp4norm" bench --device cuda --m "$m" --h "$h" --layout "$layout" --format "$fmt" --reps 5 --warmup 3 --no-check --copy-mib 64 2>&1 ) \
+        | grep -E "^ +[a-z_]+__|ERR|rror" | tee -a "$out/ncu.log"
+    done <<< "${NCU_SHAPES:-16384 4096 row-major nvfp4
+16384 4096 swizzled nvfp4}"
+    summary+=("ncu: see ncu.log")
+  fi
 fi
 
 if has sanitize; then

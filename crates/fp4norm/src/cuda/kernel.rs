@@ -14,6 +14,30 @@ use crate::{DType, Error, Problem, ScaleFormat};
 /// The kernel source, embedded in the crate.
 pub const SOURCE: &str = include_str!("kernels/fp4norm.cu");
 
+/// The kernel source this process compiles: [`SOURCE`], unless the measurement knob
+/// `FP4NORM_KERNEL_SOURCE=FILE` names another (an A/B variant of the kernel, timed by the
+/// same binary in the same run: `scripts/gpu-check.sh ab`). The knob says so on stderr
+/// once; a file that cannot be read is an error of every compile, never a silent
+/// fallback to the default. A variant must keep the host's parameter struct.
+pub fn source_text() -> Result<&'static str, Error> {
+    static TEXT: std::sync::OnceLock<Result<&'static str, String>> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| match std::env::var_os("FP4NORM_KERNEL_SOURCE") {
+        None => Ok(SOURCE),
+        Some(path) => match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                eprintln!("fp4norm: kernel source from FP4NORM_KERNEL_SOURCE={path:?} (a measurement knob)");
+                Ok(Box::leak(text.into_boxed_str()))
+            }
+            Err(e) => Err(format!("FP4NORM_KERNEL_SOURCE={path:?}: {e}")),
+        },
+    })
+    .clone()
+    .map_err(|log| Error::Compile {
+        config: "kernel source".into(),
+        log,
+    })
+}
+
 /// Which kernel of the source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelKind {
@@ -23,6 +47,9 @@ pub enum KernelKind {
     Dequant = 1,
     /// `fp4norm_copy`: a 16-byte SM copy, the benchmarks' bandwidth yardstick.
     Copy = 2,
+    /// `fp4norm_codec_check`: the fused kernel's fast encoders against the literal ones
+    /// on every input (see [`crate::cuda::Gpu::codec_self_check`]).
+    CodecCheck = 3,
 }
 
 /// How the global scale reaches the kernel.
@@ -109,12 +136,36 @@ impl KernelConfig {
         }
     }
 
+    /// The configuration of a kernel that has no problem shape (the copy yardstick, the
+    /// codec self-check): only `kind` matters.
+    pub fn shapeless(kind: KernelKind) -> Self {
+        KernelConfig {
+            kind,
+            dtype: DType::BF16,
+            h: 16,
+            block: 16,
+            ue8m0: false,
+            row_major: false,
+            swizzled: false,
+            residual: false,
+            y_out: false,
+            gs: GsMode::None,
+            hw_e2m1: false,
+            hw_canonical_nan: false,
+            threads_per_row: 32,
+            rows_per_cta: 1,
+            cluster: 1,
+            aligned: true,
+        }
+    }
+
     /// The kernel's entry point.
     pub fn function_name(&self) -> &'static str {
         match self.kind {
             KernelKind::Fused => "fp4norm_fused",
             KernelKind::Dequant => "fp4norm_dequant",
             KernelKind::Copy => "fp4norm_copy",
+            KernelKind::CodecCheck => "fp4norm_codec_check",
         }
     }
 
@@ -124,6 +175,7 @@ impl KernelConfig {
             KernelKind::Fused => self.threads_per_row * self.rows_per_cta,
             KernelKind::Dequant => 256,
             KernelKind::Copy => 512,
+            KernelKind::CodecCheck => 256,
         }
     }
 
@@ -159,8 +211,8 @@ impl KernelConfig {
     }
 
     /// The full source of this specialisation.
-    pub fn source(&self) -> String {
-        format!("{}\n{}", self.defines(), SOURCE)
+    pub fn source(&self) -> Result<String, Error> {
+        Ok(format!("{}\n{}", self.defines(), source_text()?))
     }
 
     /// A one-line description for logs and errors.
@@ -300,13 +352,14 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// kernel source enters as two independent 64-bit hashes, to keep cache files small).
 fn cache_key(cfg: &KernelConfig, arch: &str) -> Result<String, Error> {
     let nvrtc_version = nvrtc::version()?;
-    let mut reversed = SOURCE.as_bytes().to_vec();
+    let source = source_text()?;
+    let mut reversed = source.as_bytes().to_vec();
     reversed.reverse();
     Ok(format!(
         "fp4norm {} nvrtc {:?} {arch} source {:016x}{:016x}\n{}",
         env!("CARGO_PKG_VERSION"),
         nvrtc_version,
-        fnv1a(SOURCE.as_bytes()),
+        fnv1a(source.as_bytes()),
         fnv1a(&reversed),
         cfg.defines()
     ))
@@ -355,7 +408,7 @@ pub fn compile_cached(cfg: &KernelConfig, arch: &str) -> Result<Vec<u8>, Error> 
     if let Some(cubin) = cache_load(arch, &key) {
         return Ok(cubin);
     }
-    let compiled = nvrtc::compile(&cfg.source(), arch, &cfg.describe())?;
+    let compiled = nvrtc::compile(&cfg.source()?, arch, &cfg.describe())?;
     cache_store(arch, &key, &compiled.cubin);
     Ok(compiled.cubin)
 }
@@ -365,7 +418,7 @@ pub fn compile_cached(cfg: &KernelConfig, arch: &str) -> Result<Vec<u8>, Error> 
 /// but no GPU: CI uses it to check every specialisation for spills and local memory.
 pub fn compile_and_report(cfg: &KernelConfig, arch: &str) -> Result<nvrtc::ResourceUsage, Error> {
     let key = cache_key(cfg, arch)?;
-    let compiled = nvrtc::compile(&cfg.source(), arch, &cfg.describe())?;
+    let compiled = nvrtc::compile(&cfg.source()?, arch, &cfg.describe())?;
     cache_store(arch, &key, &compiled.cubin);
     nvrtc::resource_usage(&compiled.log, cfg.function_name()).ok_or_else(|| Error::Compile {
         config: cfg.describe(),
