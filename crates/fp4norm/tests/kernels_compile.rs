@@ -1,4 +1,5 @@
 //! CI's kernel check (no GPU needed): every kernel specialisation the GPU tests use
+//! (the fused kernels of the sweep, the copy yardstick, the codec self-check)
 //! compiles with NVRTC for sm_90 (software E2M1) and sm_100a (hardware E2M1) with zero
 //! spills and zero local memory. Compiled cubins land in the disk cache
 //! (`FP4NORM_CACHE_DIR`), which the device script carries to the GPU machine.
@@ -38,6 +39,9 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             out.push(cfg);
         }
     }
+    // The bench's copy yardstick and the GPU tests' codec self-check.
+    out.push(KernelConfig::shapeless(kernel::KernelKind::Copy));
+    out.push(KernelConfig::shapeless(kernel::KernelKind::CodecCheck));
     out
 }
 

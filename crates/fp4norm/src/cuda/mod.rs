@@ -61,6 +61,36 @@ pub fn arch_for(major: i32, minor: i32) -> (String, bool) {
     }
 }
 
+/// What [`Gpu::codec_self_check`] found. `*_first`: the lowest failing f32 bit pattern
+/// (for E2M1, the first of its group of eight) or E4M3 code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodecSelfCheck {
+    /// f32 bit patterns checked (2^32 when the whole space was covered).
+    pub inputs: u64,
+    /// Groups of eight values whose fast E2M1 codes differ from the literal encoder's.
+    pub e2m1_mismatches: u64,
+    /// First input of the lowest such group.
+    pub e2m1_first: Option<u32>,
+    /// Inputs whose fast E4M3 code differs from the literal encoder's.
+    pub e4m3_encode_mismatches: u64,
+    /// The lowest such input.
+    pub e4m3_encode_first: Option<u32>,
+    /// E4M3 codes whose fast decode differs from the literal decoder's.
+    pub e4m3_decode_mismatches: u64,
+    /// The lowest such code.
+    pub e4m3_decode_first: Option<u32>,
+}
+
+impl CodecSelfCheck {
+    /// Whether every input was checked and none differed.
+    pub fn passed(&self) -> bool {
+        self.inputs == 1u64 << 32
+            && self.e2m1_mismatches == 0
+            && self.e4m3_encode_mismatches == 0
+            && self.e4m3_decode_mismatches == 0
+    }
+}
+
 /// One GPU: its context (the primary context, shared with PyTorch and other users of the
 /// runtime API), its architecture and its compiled kernels.
 pub struct Gpu {
@@ -275,6 +305,25 @@ impl Gpu {
         bytes: usize,
     ) -> Result<(), Error> {
         raw::launch_copy(self, stream, src, dst, bytes)
+    }
+
+    /// Runs the fused kernel's fast codec paths (the FPU-rounding E2M1 encoder and the
+    /// hardware E4M3 conversions) against the literal SPEC.md encoders on every f32 input
+    /// and every E4M3 code, on this device; synchronises `stream`. A check for tests and
+    /// `fp4norm verify`, not for inference. Takes a few milliseconds.
+    pub fn codec_self_check(&self, stream: &Arc<CudaStream>) -> Result<CodecSelfCheck, Error> {
+        self.check_stream(stream)?;
+        let r = raw::run_codec_check(self, stream)?;
+        let first = |v: u32| (v != u32::MAX).then_some(v);
+        Ok(CodecSelfCheck {
+            inputs: r[6] as u64 * 8,
+            e2m1_mismatches: r[0] as u64,
+            e2m1_first: first(r[1]),
+            e4m3_encode_mismatches: r[2] as u64,
+            e4m3_encode_first: first(r[3]),
+            e4m3_decode_mismatches: r[4] as u64,
+            e4m3_decode_first: first(r[5]),
+        })
     }
 
     fn check_stream(&self, stream: &CudaStream) -> Result<(), Error> {

@@ -653,6 +653,51 @@ pub(crate) unsafe fn launch_dequant(
     }
 }
 
+/// Runs `fp4norm_codec_check` over every f32 input and returns its counters (see the
+/// kernel's comment for their meaning); synchronises `stream`.
+pub(crate) fn run_codec_check(
+    gpu: &Gpu,
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+) -> Result<[u32; 7], Error> {
+    let err = |context: &'static str| {
+        move |e: cudarc::driver::DriverError| Error::Cuda {
+            context,
+            message: e.to_string(),
+        }
+    };
+    let f = gpu
+        .kernels
+        .get(&gpu.ctx, &gpu.arch, &KernelConfig::shapeless(KernelKind::CodecCheck))?;
+    let init: [u32; 7] = [0, u32::MAX, 0, u32::MAX, 0, u32::MAX, 0];
+    let result = stream
+        .clone_htod(&init)
+        .map_err(err("uploading the self-check counters"))?;
+    let (mut ptr, _guard) = {
+        use cudarc::driver::DevicePtr;
+        result.device_ptr(stream)
+    };
+    let mut args = [&mut ptr as *mut u64 as *mut c_void];
+    // SAFETY: one argument matching fp4norm_codec_check's signature, a live allocation of
+    // seven u32 on this device.
+    unsafe {
+        launch(
+            gpu,
+            &f,
+            gpu.sm_count * 8,
+            256,
+            stream.cu_stream(),
+            &mut args,
+            "launching fp4norm_codec_check",
+        )?;
+    }
+    drop(_guard);
+    let got = stream
+        .clone_dtoh(&result)
+        .map_err(err("reading the self-check counters"))?;
+    got.try_into()
+        .map_err(|_| Error::Unsupported("self-check returned a wrong count".into()))
+}
+
 pub(crate) unsafe fn launch_copy(
     gpu: &Gpu,
     stream: sys::CUstream,
@@ -681,25 +726,9 @@ pub(crate) unsafe fn launch_copy(
             written: true,
         },
     ])?;
-    let cfg = KernelConfig {
-        kind: KernelKind::Copy,
-        dtype: DType::BF16,
-        h: 16,
-        block: 16,
-        ue8m0: false,
-        row_major: false,
-        swizzled: false,
-        residual: false,
-        y_out: false,
-        gs: GsMode::None,
-        hw_e2m1: false,
-        hw_canonical_nan: false,
-        threads_per_row: 32,
-        rows_per_cta: 1,
-        cluster: 1,
-        aligned: true,
-    };
-    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    let f = gpu
+        .kernels
+        .get(&gpu.ctx, &gpu.arch, &KernelConfig::shapeless(KernelKind::Copy))?;
     let mut n = (bytes / 16) as i64;
     let (mut s, mut d) = (src, dst);
     // Four CTAs per SM for large copies; no more CTAs than 512-thread groups of vectors.

@@ -9,7 +9,8 @@
 // the host also compiles with --fmad=false -ftz=false -prec-div=true -prec-sqrt=true.
 //
 // Configuration macros (all set by the host, see src/cuda/kernel.rs):
-//   FP4_KIND         0: the fused kernel, 1: dequantisation
+//   FP4_KIND         0: the fused kernel, 1: dequantisation, 2: the copy yardstick,
+//                    3: the codec self-check (fast encoders against the literal ones)
 //   FP4_F16          0: bf16 elements, 1: f16 elements
 //   FP4_H            hidden size (elements per row)
 //   FP4_BLOCK        16 or 32 elements per scale block
@@ -50,6 +51,9 @@ typedef long long i64;
 // scale are loaded with x and r, so that no second memory round trip follows the
 // reduction; with more, registers are worth more than that latency.
 #define PREFETCH_W (HOLD_IN_REGS && VPT <= 2)
+
+// With several warps per row and no cluster, one warp computes the row's rstd for all.
+#define RSTD_BY_ONE_WARP (WARPS_PER_ROW > 1 && FP4_C == 1)
 
 // Kernel arguments (one struct, passed by value; the host mirrors it with #[repr(C)]).
 struct Fp4NormParams {
@@ -136,17 +140,48 @@ __device__ __forceinline__ u32 e2m1_encode_sw(float v) {
     return (v != v) ? 0x7u : (mag | sign);
 }
 
-// E2M1 for a value that is not NaN, by rounding with the FPU: the E2M1 grid has spacing
-// s = 0.5 on [0, 2), 1 on [2, 4) and 2 on [4, 8); adding C = s * 2^23 makes the f32 adder
-// round |v| to a multiple of s, ties to even (an even multiple is an even code), and the
-// ulps above C count the grid steps. |v| is clamped to 8 first (codes above 7 saturate).
-__device__ __forceinline__ u32 e2m1_encode_fast(float v) {
-    const float a = fminf(fabsf(v), 8.0f);
-    const u32 e = max(__float_as_uint(a) >> 23, 127u);      // binade of a, at least [1, 2)
-    const u32 c_bits = (e + 22u) << 23;                      // C = 2^(e - 105) = s * 2^23
-    const u32 steps = __float_as_uint(__fadd_rn(a, __uint_as_float(c_bits))) - c_bits;
-    const u32 code = min(steps + 2u * (e - 127u), 7u);       // + 2 per binade above [1, 2)
-    return code | ((__float_as_uint(v) >> 28) & 0x8u);
+// E2M1 magnitude code (0..7) of a = |v| for v not NaN, by rounding with the FPU: the
+// E2M1 grid has spacing s = 0.5 on [0, 2), 1 on [2, 4) and 2 on [4, 6]; adding
+// C = s * 2^23 makes the f32 adder round a to a multiple of s, ties to even (an even
+// multiple is an even code), and the ulps above C count the grid steps. C is the binade
+// of max(a, 1) times 2^22, taken from its exponent bits; each binade above [1, 2) adds 2
+// to the code. |v| is clamped to 6 first (every value from 6 up encodes as 6: code 7).
+// Seven instructions (FMNMX, FMNMX, LOP3, IADD, FADD, LEA.HI, IADD3); checked against
+// e2m1_encode_sw on every f32 by the codec self-check kernel (FP4_KIND 3).
+__device__ __forceinline__ u32 e2m1_magnitude_fast(float v) {
+    const float a = fminf(fabsf(v), 6.0f);
+    const u32 e = __float_as_uint(fmaxf(a, 1.0f)) & 0x7F800000u;  // binade of max(a, 1)
+    const u32 c_bits = e + (22u << 23);                              // C = 2^(E - 105)
+    const u32 t = __float_as_uint(__fadd_rn(a, __uint_as_float(c_bits)));
+    return t - c_bits + ((e >> 22) - 254u);                           // steps + 2 (E - 127)
+}
+
+// Byte-wise select (PTX prmt): byte i of the result is chosen by nibble i of sel from the
+// eight bytes of {b, a} (a: 0-3, b: 4-7); a nibble with bit 3 set replicates that byte's
+// sign bit over the whole result byte.
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// The sign bits of eight floats, each at bit 3 of its nibble (nibble i = value i):
+// four sign-replicating byte selects gather the even and the odd values' signs, two
+// masks place them. One instruction per value instead of a shift and a merge.
+__device__ __forceinline__ u32 sign_nibbles8(const float (&p)[8]) {
+    const u32 even = prmt(prmt(__float_as_uint(p[0]), __float_as_uint(p[2]), 0x00FBu),
+                          prmt(__float_as_uint(p[4]), __float_as_uint(p[6]), 0xFB00u), 0x7610u);
+    const u32 odd = prmt(prmt(__float_as_uint(p[1]), __float_as_uint(p[3]), 0x00FBu),
+                         prmt(__float_as_uint(p[5]), __float_as_uint(p[7]), 0xFB00u), 0x7610u);
+    return (even & 0x08080808u) | (odd & 0x80808080u);
+}
+
+// Eight E2M1 codes, nibble i = p[i], for values none of which is NaN.
+__device__ __forceinline__ u32 e2m1_pack8_fast(const float (&p)[8]) {
+    u32 mags = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) mags |= e2m1_magnitude_fast(p[i]) << (4 * i);
+    return mags | sign_nibbles8(p);
 }
 
 // Eight products y[i] * inv to eight E2M1 codes, nibble i at bits 4i.
@@ -173,10 +208,7 @@ __device__ __forceinline__ u32 e2m1_pack8(const float (&y)[8], float inv, float 
         }
         return out;
 #else
-        u32 out = 0;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) out |= e2m1_encode_fast(p[i]) << (4 * i);
-        return out;
+        return e2m1_pack8_fast(p);
 #endif
     }
     u32 out = 0;
@@ -214,6 +246,38 @@ __device__ __forceinline__ float e4m3_decode(u32 code) {
         mag = __uint_as_float(((exp - 7u + 127u) << 23) | (mant << 20));
     }
     return (code & 0x80u) ? -mag : mag;
+}
+
+// E4M3 encode and decode by the hardware conversions (sm_89+): cvt.rn.satfinite rounds to
+// nearest even and saturates to +-448 (infinities included), as SPEC.md §2; only NaN
+// differs (the hardware keeps the sign: 0xFF for a negative NaN; SPEC.md says 0x7F).
+// A handful of instructions where the literal versions above take ~30 with branches.
+// Both are checked against the literal ones on every input by the codec self-check
+// kernel (FP4_KIND 3).
+__device__ __forceinline__ u32 e4m3_encode_fast(float s) {
+#if __CUDA_ARCH__ >= 890
+    u32 d;
+    asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %1, %2; cvt.u32.u16 %0, t; }"
+        : "=r"(d) : "f"(0.0f), "f"(s));
+    return (s != s) ? 0x7Fu : (d & 0xFFu);
+#else
+    return e4m3_encode(s);
+#endif
+}
+
+__device__ __forceinline__ float e4m3_decode_fast(u32 code) {
+#if __CUDA_ARCH__ >= 890
+    float f;
+    asm("{ .reg .b16 c, lo, hi; .reg .b32 pair;\n\t"
+        "cvt.u16.u32 c, %1;\n\t"
+        "cvt.rn.f16x2.e4m3x2 pair, c;\n\t"
+        "mov.b32 {lo, hi}, pair;\n\t"
+        "cvt.f32.f16 %0, lo; }"
+        : "=f"(f) : "r"(code));
+    return f;
+#else
+    return e4m3_decode(code);
+#endif
 }
 
 __device__ __forceinline__ u32 ue8m0_ceil_code(float v) {
@@ -469,9 +533,23 @@ fp4norm_fused(const Fp4NormParams p) {
 #if WARPS_PER_ROW > 1
         if ((lane & 31) == 0) partial[group][lane >> 5] = ss;
         __syncthreads();
+#if RSTD_BY_ONE_WARP
+        // The row's first warp alone adds the partial sums and computes rstd (~50 f64
+        // instructions that every warp would otherwise repeat); the others wait at the
+        // barrier, leaving their issue slots to the SM's other CTAs.
+        __shared__ float rstd_of_row[FP4_R];
+        if (lane < 32) {
+            ss = 0.0;
+#pragma unroll
+            for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[group][i]);
+            if (lane == 0) rstd_of_row[group] = rstd_of(ss, p.eps);
+        }
+        __syncthreads();
+#else
         ss = 0.0;
 #pragma unroll
         for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[group][i]);
+#endif
 #endif
 #if FP4_C > 1
         // The row's other parts live in the cluster's other CTAs: publish this CTA's sum,
@@ -498,7 +576,11 @@ fp4norm_fused(const Fp4NormParams p) {
 #endif
 
         if (live) {
+#if RSTD_BY_ONE_WARP
+            const float rstd = rstd_of_row[group];
+#else
             const float rstd = rstd_of(ss, p.eps);
+#endif
 #if !HOLD_IN_REGS
             const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
 #endif
@@ -546,8 +628,8 @@ fp4norm_fused(const Fp4NormParams p) {
                 const u32 code = ue8m0_ceil_code(__fdiv_rn(amax, 6.0f));
                 const float inv = ue8m0_inverse(code);
 #else
-                const u32 code = e4m3_encode(__fdiv_rn(__fmul_rn(gs, amax), 6.0f));
-                const float d = e4m3_decode(code);
+                const u32 code = e4m3_encode_fast(__fdiv_rn(__fmul_rn(gs, amax), 6.0f));
+                const float d = e4m3_decode_fast(code);
                 const float inv = (d == 0.0f) ? 0.0f : __fdiv_rn(gs, d);
 #endif
 #if FP4_SWIZZLED
@@ -669,3 +751,53 @@ extern "C" __global__ void __launch_bounds__(512) fp4norm_copy(const uint4* __re
     }
 }
 #endif  // FP4_KIND == 2
+
+// ---------------------------------------------------------------------------
+// Codec self-check: the fast encoders of the fused kernel against the literal ones, on
+// every f32 bit pattern (and every E4M3 code for the decoder). The literal encoders are
+// SPEC.md §2 line by line (and checked against the CPU reference by the GPU tests);
+// this proves the fast ones equal them everywhere, not just on the data the tests draw.
+// result: [0] E2M1 mismatches, [1] lowest mismatching input, [2] E4M3 encode mismatches,
+// [3] lowest mismatching input, [4] E4M3 decode mismatches, [5] lowest mismatching code,
+// [6] inputs checked / 8. The host zeroes [0], [2], [4], [6] and sets [1], [3], [5] to ~0.
+#if FP4_KIND == 3
+extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* result) {
+    const u64 first = ((u64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    const u64 stride = (u64)gridDim.x * blockDim.x * 8;
+    u32 groups = 0;
+    for (u64 base = first; base < (1ull << 32); base += stride) {
+        ++groups;
+        float p[8];
+        u32 want = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const u32 bits = (u32)(base + i);
+            const float v = __uint_as_float(bits);
+            // E4M3, NaN included.
+            if (e4m3_encode_fast(v) != e4m3_encode(v)) {
+                atomicAdd(&result[2], 1u);
+                atomicMin(&result[3], bits);
+            }
+            // E2M1: the fast encoder is only used on values that are not NaN (NaN lanes
+            // of a group are checked as +0 instead).
+            p[i] = (v != v) ? 0.0f : v;
+            want |= e2m1_encode_sw(p[i]) << (4 * i);
+        }
+        if (e2m1_pack8_fast(p) != want) {
+            atomicAdd(&result[0], 1u);
+            atomicMin(&result[1], (u32)base);
+        }
+    }
+    atomicAdd(&result[6], groups);
+    if (first == 0) {
+        for (u32 code = 0; code < 256; ++code) {
+            const float a = e4m3_decode_fast(code), b = e4m3_decode(code);
+            const bool same = (a != a) ? (b != b) : (__float_as_uint(a) == __float_as_uint(b));
+            if (!same) {
+                atomicAdd(&result[4], 1u);
+                atomicMin(&result[5], code);
+            }
+        }
+    }
+}
+#endif  // FP4_KIND == 3
