@@ -102,7 +102,7 @@ for line in open(sys.argv[1]):
     key = " ".join(f[:5])
     if key not in order:
         order.append(key)
-    rows[key][name].append((float(f[10]), f[12], f[-1]))
+    rows[key][name].append((float(f[10]), f[12], f[14]))
 base = names[0]
 print("graph-replay median µs per call (median over rounds; % of copy of that run); ratio = variant / " + base)
 print(f"{'M H format dtype layout':34}" + "".join(f"{n:>24}" for n in names))

@@ -422,7 +422,12 @@ __device__ __forceinline__ double warp_sum(double v) {
 // their block maximum with one or two shuffles.
 
 #if FP4_KIND == 0
-// h = RNdt(x + r) (written back to r) for vector v; adds its squares to ss.
+// A clustered row (FP4_C > 1) held in registers writes its residual back only after the
+// cluster barriers: barrier.cluster.arrive.release compiles to a GPU-scope MEMBAR, which
+// would otherwise wait for those stores to reach L2 on the row's critical path.
+#define DEFER_RESIDUAL_STORE (FP4_C > 1 && HOLD_IN_REGS && FP4_RESIDUAL)
+
+// h = RNdt(x + r) (written back to r, unless deferred) for vector v; adds its squares to ss.
 __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, int v, uint4 x, uint4 r, double& ss) {
 #if FP4_RESIDUAL
     uint4 h;
@@ -430,7 +435,9 @@ __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, i
     h.y = add_pair(x.y, r.y);
     h.z = add_pair(x.z, r.z);
     h.w = add_pair(x.w, r.w);
+#if !DEFER_RESIDUAL_STORE
     store_vec(p.r + row * p.r_stride + v * 8, h);
+#endif
 #else
     const uint4 h = x;
 #endif
@@ -571,8 +578,10 @@ fp4norm_fused(const Fp4NormParams p) {
             }
         }
         // This CTA is done reading the others' shared memory; the matching wait at the end
-        // keeps every CTA's shared memory alive until all have read it.
-        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+        // keeps every CTA's shared memory alive until all have read it. Relaxed: the reads'
+        // values are already in registers, nothing needs ordering (and a release arrive
+        // costs a GPU-scope MEMBAR).
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #endif
 
         if (live) {
@@ -595,6 +604,9 @@ fp4norm_fused(const Fp4NormParams p) {
                 if (in_row) {
 #if HOLD_IN_REGS
                     const uint4 h = hv[k];
+#if DEFER_RESIDUAL_STORE
+                    store_vec(p.r + row * p.r_stride + v * 8, h);
+#endif
 #else
                     const uint4 h = load_vec(hrow + v * 8);
 #endif
