@@ -64,13 +64,14 @@ if [[ " $modes " == *" nanexp "* ]]; then
 fi
 
 if [[ " $modes " == *" ab "* ]]; then
-  # A/B of kernel-source variants, timed by one binary in one run: every .cu file in
-  # .artifacts/variants/ (or AB_VARIANTS) through FP4NORM_KERNEL_SOURCE, AB_ROUNDS rounds,
+  # A/B of variants, timed by one binary in one run: every file of .artifacts/variants/
+  # (or AB_VARIANTS): NAME.cu is a kernel source (FP4NORM_KERNEL_SOURCE), NAME.env a line
+  # of VAR=value settings (measurement knobs, empty for the default); AB_ROUNDS rounds,
   # round-robin so that drift hits every variant alike; the first variant (sorted) is the
   # baseline of the ratios. AB_SETS: bench argument sets, one per line.
   echo "== A/B of kernel variants"
   : > "$out/ab.log"
-  variants=${AB_VARIANTS:-$(ls .artifacts/variants/*.cu)}
+  variants=${AB_VARIANTS:-$(ls .artifacts/variants/*.cu .artifacts/variants/*.env 2>/dev/null | sort)}
   sets=${AB_SETS:-"--m 1,16 --h 2048,4096,5120,8192 --layout row-major
 --m 128 --h 8192 --layout row-major
 --m 1024 --h 4096 --layout row-major
@@ -78,10 +79,11 @@ if [[ " $modes " == *" ab "* ]]; then
 --m 16384 --h 8192,16384 --layout row-major"}
   for round in $(seq "${AB_ROUNDS:-2}"); do
     for v in $variants; do
-      name=$(basename "$v" .cu)
+      name=$(basename "${v%.*}")
+      if [[ $v == *.cu ]]; then settings="FP4NORM_KERNEL_SOURCE=$v"; else settings=$(cat "$v"); fi
       while read -r set; do
         [ -z "$set" ] && continue
-        FP4NORM_KERNEL_SOURCE=$v "$bin/fp4norm" bench --device cuda $set --copy-mib 1024 2>&1 \
+        env $settings "$bin/fp4norm" bench --device cuda $set --copy-mib 1024 2>&1 \
           | grep -E "^ +[0-9]+ +[0-9]+ |copy baseline|FAIL|mismatch|error" | sed "s/^/AB $name $round | /" >> "$out/ab.log"
       done <<< "$sets"
       echo "round $round: $name done ($(grep -c "AB $name $round | .* ok *$" "$out/ab.log") rows ok)"

@@ -307,13 +307,14 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
     let gs_d = upload(stream, &hc.gs);
     let mut q_d = upload(stream, &vec![POISON; p.fp4_len() + off]);
     let mut rm_d = upload(stream, &vec![POISON; hc.rm.len().max(1)]);
-    let mut sw_d = upload(stream, &vec![POISON; hc.sw.len().max(1)]);
+    let sw_off = if c.sw_misalign { 4 } else { 0 };
+    let mut sw_d = upload(stream, &vec![POISON; hc.sw.len().max(1) + sw_off]);
     let mut y_d = upload(stream, &pad(&vec![T::from_bits(0xAAAA); hc.y.len()]));
     let opts = Options {
         format: c.format,
         eps: c.eps,
     };
-    let result = if off == 0 {
+    let result = if off == 0 && sw_off == 0 {
         let scales = match p.layout {
             ScaleLayout::RowMajor => ScaleOut::RowMajor(rm_d.slice_mut(..hc.rm.len())),
             ScaleLayout::Swizzled => ScaleOut::Swizzled(sw_d.slice_mut(..hc.sw.len())),
@@ -372,10 +373,10 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
             y_fp4_len: Some(p.fp4_len()),
             scales: match p.layout {
                 ScaleLayout::RowMajor => ScaleOut::RowMajor(bptr(&rm_d)),
-                ScaleLayout::Swizzled => ScaleOut::Swizzled(bptr(&sw_d)),
+                ScaleLayout::Swizzled => ScaleOut::Swizzled(bptr(&sw_d) + sw_off as u64),
                 ScaleLayout::Both => ScaleOut::Both {
                     row_major: bptr(&rm_d),
-                    swizzled: bptr(&sw_d),
+                    swizzled: bptr(&sw_d) + sw_off as u64,
                 },
             },
             scale_lens: (
@@ -417,7 +418,12 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
     }
     if p.layout.has_swizzled() {
         let got: Vec<u8> = stream.clone_dtoh(&sw_d).unwrap();
-        first_diff("swizzled scales", &got[..hc.sw.len()], &hc.sw, 512)?;
+        first_diff(
+            "swizzled scales",
+            &got[sw_off..sw_off + hc.sw.len()],
+            &hc.sw,
+            512,
+        )?;
     }
     let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
     let got_r: Vec<T> = stream.clone_dtoh(&r_d).unwrap();

@@ -43,6 +43,9 @@ pub struct Case {
     /// Start the element buffers this many elements into their allocation (not 16-byte
     /// aligned: the element-wise kernel).
     pub misalign_elems: usize,
+    /// Start the swizzled scales 4 bytes into their allocation (4- but not 16-byte
+    /// aligned, which the API allows), with the element views still 16-byte aligned.
+    pub sw_misalign: bool,
 }
 
 impl Case {
@@ -65,6 +68,7 @@ impl Case {
             r_pad: 0,
             y_pad: 0,
             misalign_elems: 0,
+            sw_misalign: false,
         }
     }
     pub fn x_stride(&self) -> usize {
@@ -234,6 +238,14 @@ pub fn edge_cases() -> Vec<Case> {
                 c3.residual = false;
                 c3.per_row_gs = true;
                 out.push(c3);
+            }
+            // Swizzled scales 4 bytes off 16-byte alignment, with the element views
+            // aligned (the vector kernel).
+            for (m, h) in [(300usize, 4096usize), (100, 2048)] {
+                let mut c5 = Case::new(dtype, m, h, format, ScaleLayout::Swizzled);
+                c5.sw_misalign = true;
+                c5.special_rows = true;
+                out.push(c5);
             }
             // A global scale so small that gs / d rounds to 0 next to ±Inf values:
             // Inf · 0 = NaN products, which must encode as 0x7.
