@@ -43,7 +43,14 @@ fn main() {
     let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, true, hw_e2m1, 132, true);
     // As Gpu::new does on an H200: sm_90 kernels without the NaN fix-up.
     cfg.hw_canonical_nan = arch == "sm_90";
-    match nvrtc::compile(&cfg.source().unwrap_or_else(|e| { eprintln!("{e}"); std::process::exit(2) }), arch, &cfg.describe()) {
+    match nvrtc::compile(
+        &cfg.source().unwrap_or_else(|e| {
+            eprintln!("{e}");
+            std::process::exit(2)
+        }),
+        arch,
+        &cfg.describe(),
+    ) {
         Ok(c) => {
             println!("{}", cfg.describe());
             println!("{:?}", nvrtc::resource_usage(&c.log, "fp4norm_fused"));

@@ -687,13 +687,16 @@ fn gpu_many_threads_many_specialisations() {
             .collect()
     });
     // M = 0 launches nothing, so it builds nothing.
+    // Each case's kernel, and its swizzle pass where the swizzled write is split.
     let distinct: std::collections::BTreeSet<String> = cases
         .iter()
         .filter(|c| c.m > 0)
-        .map(|c| {
-            g.config(&c.problem(c.dtype), c.gs_mode(), c.aligned())
-                .describe()
+        .flat_map(|c| {
+            let cfg = g.config(&c.problem(c.dtype), c.gs_mode(), c.aligned());
+            [Some(cfg), cfg.swizzle_pass()]
         })
+        .flatten()
+        .map(|cfg| cfg.describe())
         .collect();
     eprintln!(
         "{threads} threads x {} cases ({} specialisations) in {:.1} s: {} failed; {} built",
@@ -984,5 +987,8 @@ fn gpu_codec_fast_paths_match_the_literal_encoders_on_every_input() {
         started.elapsed().as_secs_f64() * 1e3
     );
     assert_eq!(r.inputs, 1u64 << 32, "not every input was checked");
-    assert!(r.passed(), "fast codec paths differ from the literal encoders: {r:?}");
+    assert!(
+        r.passed(),
+        "fast codec paths differ from the literal encoders: {r:?}"
+    );
 }

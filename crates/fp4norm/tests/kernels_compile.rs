@@ -1,5 +1,6 @@
 //! CI's kernel check (no GPU needed): every kernel specialisation the GPU tests use
-//! (the fused kernels of the sweep, the copy yardstick, the codec self-check)
+//! (the fused kernels of the sweep, direct and split swizzled writes with their swizzle
+//! passes, the copy yardstick, the codec self-check)
 //! compiles with NVRTC for sm_90 (software E2M1) and sm_100a (hardware E2M1) with zero
 //! spills and zero local memory. Compiled cubins land in the disk cache
 //! (`FP4NORM_CACHE_DIR`), which the device script carries to the GPU machine.
@@ -37,6 +38,19 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         cfg.hw_canonical_nan = !hw_e2m1;
         if seen.insert(cfg.describe()) {
             out.push(cfg);
+        }
+        // Its swizzle pass, and the split variant the GPU tests force with
+        // FP4NORM_SWIZZLE_SPLIT=1 (and its pass).
+        let split = KernelConfig {
+            swizzle_split: cfg.swizzled,
+            ..cfg
+        };
+        for c in [cfg, split] {
+            for k in [Some(c), c.swizzle_pass()].into_iter().flatten() {
+                if seen.insert(k.describe()) {
+                    out.push(k);
+                }
+            }
         }
     }
     // The bench's copy yardstick and the GPU tests' codec self-check.

@@ -50,6 +50,9 @@ pub enum KernelKind {
     /// `fp4norm_codec_check`: the fused kernel's fast encoders against the literal ones
     /// on every input (see [`crate::cuda::Gpu::codec_self_check`]).
     CodecCheck = 3,
+    /// `fp4norm_swizzle`: the second kernel of a split swizzled write
+    /// ([`KernelConfig::swizzle_split`]); `row_major` says where it reads the codes.
+    Swizzle = 4,
 }
 
 /// How the global scale reaches the kernel.
@@ -98,6 +101,9 @@ pub struct KernelConfig {
     pub cluster: u32,
     /// 16-byte vector accesses (false: the element-wise fallback).
     pub aligned: bool,
+    /// Swizzled scales written by a second kernel, [`KernelKind::Swizzle`] (see
+    /// [`swizzle_split_wanted`]): the fused kernel stages the codes with coalesced stores.
+    pub swizzle_split: bool,
 }
 
 impl KernelConfig {
@@ -133,7 +139,20 @@ impl KernelConfig {
             rows_per_cta: r,
             cluster: c,
             aligned,
+            swizzle_split: p.layout.has_swizzled()
+                && swizzle_split_wanted(p.m, p.block(), clusters),
         }
+    }
+
+    /// The swizzle pass that completes a fused call of this configuration, if it is split.
+    pub fn swizzle_pass(&self) -> Option<KernelConfig> {
+        (self.kind == KernelKind::Fused && self.swizzle_split).then(|| KernelConfig {
+            h: self.h,
+            block: self.block,
+            row_major: self.row_major,
+            swizzled: true,
+            ..KernelConfig::shapeless(KernelKind::Swizzle)
+        })
     }
 
     /// The configuration of a kernel that has no problem shape (the copy yardstick, the
@@ -156,6 +175,7 @@ impl KernelConfig {
             rows_per_cta: 1,
             cluster: 1,
             aligned: true,
+            swizzle_split: false,
         }
     }
 
@@ -166,6 +186,7 @@ impl KernelConfig {
             KernelKind::Dequant => "fp4norm_dequant",
             KernelKind::Copy => "fp4norm_copy",
             KernelKind::CodecCheck => "fp4norm_codec_check",
+            KernelKind::Swizzle => "fp4norm_swizzle",
         }
     }
 
@@ -176,6 +197,7 @@ impl KernelConfig {
             KernelKind::Dequant => 256,
             KernelKind::Copy => 512,
             KernelKind::CodecCheck => 256,
+            KernelKind::Swizzle => 256,
         }
     }
 
@@ -186,7 +208,7 @@ impl KernelConfig {
             "#define FP4_KIND {}\n#define FP4_F16 {}\n#define FP4_H {}\n#define FP4_BLOCK {}\n#define FP4_UE8M0 {}\n\
              #define FP4_ROW_MAJOR {}\n#define FP4_SWIZZLED {}\n#define FP4_RESIDUAL {}\n\
              #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_HW_CANONICAL_NAN {}\n#define FP4_G {}\n\
-             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n",
+             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n#define FP4_SWZ_SPLIT {}\n",
             self.kind as u32,
             b(self.dtype == DType::F16),
             self.h,
@@ -207,6 +229,7 @@ impl KernelConfig {
             self.rows_per_cta,
             self.cluster,
             b(self.aligned),
+            b(self.swizzle_split),
         )
     }
 
@@ -218,7 +241,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} G={} R={} C={} aligned={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} G={} R={} C={} aligned={} swz_split={}",
             self.kind,
             self.dtype,
             self.h,
@@ -234,7 +257,8 @@ impl KernelConfig {
             self.threads_per_row,
             self.rows_per_cta,
             self.cluster,
-            self.aligned
+            self.aligned,
+            self.swizzle_split
         )
     }
 }
@@ -291,6 +315,27 @@ pub fn launch_shape(
     let g = (nvc.div_ceil(vectors_per_thread).div_ceil(32).clamp(1, 32) * 32) as u32;
     let r = if c > 1 { 1 } else { (128 / g).max(1) };
     (g, r, c as u32)
+}
+
+/// Whether a call of `m` rows in blocks of `block` writes its swizzled scales in two
+/// kernels (the fused kernel staging codes with coalesced stores kept in L2, then the
+/// swizzle pass; see `FP4_SWZ_SPLIT` in the kernel source), on GPUs with programmatic
+/// dependent launch (sm_90+) to overlap the second launch.
+///
+/// Measured on the H200 (A/B in one run, BENCHMARKS.md): with 16-element blocks the
+/// split write is 5.5 % faster at 16384 x 4096 and 4.7 % at 8192 x 8192, 1 % at
+/// 8192 x 4096, and 11-60 % slower at 4096 rows and fewer (the pass's launch and
+/// latency); with 32-element blocks (half the scale words) it gains at most 1 % and
+/// loses 3 % at 8192 x 4096, so those keep the direct write.
+/// `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces it off or on.
+pub fn swizzle_split_wanted(m: usize, block: usize, pdl_capable: bool) -> bool {
+    static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let knob = *KNOB.get_or_init(|| match std::env::var("FP4NORM_SWIZZLE_SPLIT").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    });
+    knob.unwrap_or(pdl_capable && block == 16 && m >= 8192)
 }
 
 /// A launch shape forced by `FP4NORM_TUNE_SHAPE=G,R,C` (threads per row, rows per CTA,
@@ -491,6 +536,18 @@ impl KernelCache {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn swizzled_writes_split_only_for_many_rows_of_16_element_blocks() {
+        if std::env::var_os("FP4NORM_SWIZZLE_SPLIT").is_some() {
+            return; // the knob overrides the table
+        }
+        assert!(swizzle_split_wanted(16384, 16, true));
+        assert!(swizzle_split_wanted(8192, 16, true));
+        assert!(!swizzle_split_wanted(4096, 16, true));
+        assert!(!swizzle_split_wanted(16384, 32, true));
+        assert!(!swizzle_split_wanted(16384, 16, false));
+    }
     use super::*;
 
     const SMS: u32 = 132;

@@ -255,7 +255,7 @@ impl Gpu {
         cfg
     }
 
-    /// Compiles and loads the kernel a call with these parameters will use, so that the
+    /// Compiles and loads the kernels a call with these parameters will use, so that the
     /// call itself can be captured in a CUDA graph.
     pub fn prepare(
         &self,
@@ -264,12 +264,17 @@ impl Gpu {
         aligned: bool,
     ) -> Result<(), Error> {
         let cfg = self.config(problem, gs, aligned);
-        self.kernels.get(&self.ctx, &self.arch, &cfg).map(|_| ())
+        self.kernels.get(&self.ctx, &self.arch, &cfg)?;
+        if let Some(pass) = cfg.swizzle_pass() {
+            self.kernels.get(&self.ctx, &self.arch, &pass)?;
+        }
+        Ok(())
     }
 
     /// Residual add + RMSNorm + FP4 quantisation (SPEC.md §1) on `stream`, over raw device
     /// pointers. Checks every argument (shapes, alignment, overlap, device) before
-    /// launching; enqueues one kernel and returns without synchronising.
+    /// launching; enqueues the kernel (two, for a split swizzled write of many rows) and
+    /// returns without synchronising.
     ///
     /// # Safety
     /// Every pointer must be valid device memory of this GPU (or null where optional)

@@ -106,6 +106,15 @@ struct FusedParams {
     _pad: u32,
 }
 
+/// Mirrors `struct Fp4SwizzleParams` in fp4norm.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct SwizzleParams {
+    sf_row_major: u64,
+    sf_swizzled: u64,
+    m: i64,
+}
+
 /// Mirrors `struct Fp4DequantParams` in fp4norm.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -129,11 +138,11 @@ unsafe fn launch(
     what: &'static str,
 ) -> Result<(), Error> {
     // SAFETY: forwarded; no cluster.
-    unsafe { launch_clustered(gpu, f, grid, block, 1, stream, args, what) }
+    unsafe { launch_clustered(gpu, f, grid, block, 1, gpu.pdl(), stream, args, what) }
 }
 
 /// As [`launch`], in thread-block clusters of `cluster` CTAs when `cluster > 1`
-/// (`grid` must be a multiple of it).
+/// (`grid` must be a multiple of it), with programmatic dependent launch when `pdl`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn launch_clustered(
     gpu: &Gpu,
@@ -141,6 +150,7 @@ unsafe fn launch_clustered(
     grid: u32,
     block: u32,
     cluster: u32,
+    pdl: bool,
     stream: sys::CUstream,
     args: &mut [*mut c_void],
     what: &'static str,
@@ -153,7 +163,7 @@ unsafe fn launch_clustered(
     // each id are set.
     let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
     let mut n = 0;
-    if gpu.pdl() {
+    if pdl {
         attrs[n].id =
             sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attrs[n].value.programmaticStreamSerializationAllowed = 1;
@@ -489,16 +499,19 @@ pub(crate) unsafe fn launch_fused(
     c: &RawCall,
 ) -> Result<(), Error> {
     let (p, aligned) = validate_fused(gpu, c)?;
-    let rows_total = if p.layout.has_swizzled() {
-        swizzled_rows(p.m)
-    } else {
-        p.m
-    };
-    if rows_total == 0 {
+    if p.m == 0 {
         return Ok(());
     }
     let (gs, gs_ptr) = gs_mode(c.global_scale);
     let cfg = gpu.config(&p, gs, aligned);
+    // Rows the fused kernel covers: with directly written swizzled scales, the padding rows
+    // of the last 128-row tile too (it zeroes their scales); a split write's swizzle pass
+    // zeroes them instead.
+    let rows_total = if p.layout.has_swizzled() && !cfg.swizzle_split {
+        swizzled_rows(p.m)
+    } else {
+        p.m
+    };
     let (rm, sw) = match c.scales {
         ScaleOut::RowMajor(r) => (r, 0),
         ScaleOut::Swizzled(s) => (0, s),
@@ -538,9 +551,43 @@ pub(crate) unsafe fn launch_fused(
             grid,
             cfg.block_threads(),
             cfg.cluster,
+            gpu.pdl(),
             stream,
             &mut args,
             "launching fp4norm_fused",
+        )?;
+    }
+    let Some(pass) = cfg.swizzle_pass() else {
+        return Ok(());
+    };
+    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &pass)?;
+    let tiles = swizzled_rows(p.m) / 128;
+    let chunks = p.n_blocks().div_ceil(4) * 4;
+    let chunks = chunks.div_ceil(64);
+    let grid = u32::try_from(tiles * chunks)
+        .map_err(|_| Error::Unsupported(format!("{} rows exceed the grid limit", p.m)))?;
+    let mut params = SwizzleParams {
+        sf_row_major: if p.layout.has_row_major() { rm } else { 0 },
+        sf_swizzled: sw,
+        m: p.m as i64,
+    };
+    let mut args = [&mut params as *mut SwizzleParams as *mut c_void];
+    // SAFETY: one struct by value, matching fp4norm_swizzle; its pointers are the call's
+    // scale buffers, checked above. With programmatic dependent launch wherever the GPU
+    // has it (sm_90+; the split is only chosen there, unless forced by the knob): the
+    // pass waits for the fused kernel in griddepcontrol.wait, and its launch overlaps
+    // that kernel's tail.
+    unsafe {
+        launch_clustered(
+            gpu,
+            &f,
+            grid,
+            pass.block_threads(),
+            1,
+            gpu.clusters,
+            stream,
+            &mut args,
+            "launching fp4norm_swizzle",
         )
     }
 }
@@ -626,6 +673,7 @@ pub(crate) unsafe fn launch_dequant(
         rows_per_cta: 1,
         cluster: 1,
         aligned: true,
+        swizzle_split: false,
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let mut params = DequantParams {
@@ -665,9 +713,11 @@ pub(crate) fn run_codec_check(
             message: e.to_string(),
         }
     };
-    let f = gpu
-        .kernels
-        .get(&gpu.ctx, &gpu.arch, &KernelConfig::shapeless(KernelKind::CodecCheck))?;
+    let f = gpu.kernels.get(
+        &gpu.ctx,
+        &gpu.arch,
+        &KernelConfig::shapeless(KernelKind::CodecCheck),
+    )?;
     let init: [u32; 7] = [0, u32::MAX, 0, u32::MAX, 0, u32::MAX, 0];
     let result = stream
         .clone_htod(&init)
@@ -726,9 +776,11 @@ pub(crate) unsafe fn launch_copy(
             written: true,
         },
     ])?;
-    let f = gpu
-        .kernels
-        .get(&gpu.ctx, &gpu.arch, &KernelConfig::shapeless(KernelKind::Copy))?;
+    let f = gpu.kernels.get(
+        &gpu.ctx,
+        &gpu.arch,
+        &KernelConfig::shapeless(KernelKind::Copy),
+    )?;
     let mut n = (bytes / 16) as i64;
     let (mut s, mut d) = (src, dst);
     // Four CTAs per SM for large copies; no more CTAs than 512-thread groups of vectors.

@@ -247,6 +247,16 @@ pub fn edge_cases() -> Vec<Case> {
                 c5.special_rows = true;
                 out.push(c5);
             }
+            // Enough rows for the split swizzled write of 16-element blocks (a second
+            // kernel), not a multiple of 128; with 32-element blocks (direct write),
+            // 90 blocks: a partial last 4-block group. (FP4NORM_SWIZZLE_SPLIT=1 runs
+            // every swizzled case through the split write.)
+            for layout in [ScaleLayout::Swizzled, ScaleLayout::Both] {
+                let mut c6 = Case::new(dtype, 8300, 2880, format, layout);
+                c6.special_rows = true;
+                c6.per_row_gs = layout == ScaleLayout::Both;
+                out.push(c6);
+            }
             // A global scale so small that gs / d rounds to 0 next to ±Inf values:
             // Inf · 0 = NaN products, which must encode as 0x7.
             let mut c4 = Case::new(dtype, 33, 128, format, ScaleLayout::Both);
