@@ -275,9 +275,10 @@ impl KernelConfig {
 ///   holding it in a 1024-thread CTA). (A persistent grid whose CTAs load the next row
 ///   while finishing the current one lost 9-30 points at every H from 1024 to 8192 once
 ///   the CTAs were sized this way; it is gone.)
-/// * Few rows: latency. Each row is spread over `SMs / M` CTAs (at most 8, a cluster,
-///   each on its own SM) with one vector per thread, so the rows together cover the
-///   SMs and no SM works through a whole row alone; but at most 512 threads per CTA,
+/// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a
+///   cluster, each on its own SM; fewer where that gives CTAs of whole warps) with one
+///   vector per thread, so the rows together cover the SMs and no SM works through a
+///   whole row alone; but at most 512 threads per CTA,
 ///   with more vectors per thread beyond that (a row of 8192 on one CTA: 3.8 µs at 512
 ///   threads, 4.1 µs at 1024, M = 128).
 pub fn launch_shape(
@@ -305,8 +306,17 @@ pub fn launch_shape(
         c = 1;
     }
     // Each CTA must own whole groups of four scale blocks (one 32-bit swizzled store).
-    while c > 1 && (nv % c != 0 || (nv / c) % (4 * vpb) != 0) {
+    let fits = |c: usize| nv % c == 0 && (nv / c) % (4 * vpb) == 0;
+    while c > 1 && !fits(c) {
         c -= 1;
+    }
+    if latency {
+        // Fewer CTAs of whole warps beat more CTAs with a ragged last warp (M = 1 / 16:
+        // H = 5120 in 8 CTAs of 80 vectors 2.51 / 2.71 µs, in 5 of 128 2.16 / 2.27 µs;
+        // H = 7168 in 8 of 112 2.49 / 2.77 µs, in 7 of 128 2.22 / 2.44 µs).
+        if let Some(whole) = (1..=c).rev().find(|&k| fits(k) && (nv / k) % 32 == 0) {
+            c = whole;
+        }
     }
     let nvc = nv / c;
     if latency {
@@ -537,6 +547,10 @@ impl KernelCache {
 #[cfg(test)]
 mod tests {
 
+    use super::*;
+
+    const SMS: u32 = 132;
+
     #[test]
     fn swizzled_writes_split_only_for_many_rows_of_16_element_blocks() {
         if std::env::var_os("FP4NORM_SWIZZLE_SPLIT").is_some() {
@@ -548,9 +562,6 @@ mod tests {
         assert!(!swizzle_split_wanted(16384, 32, true));
         assert!(!swizzle_split_wanted(16384, 16, false));
     }
-    use super::*;
-
-    const SMS: u32 = 132;
 
     #[test]
     fn launch_table_is_the_measured_one() {
@@ -565,6 +576,8 @@ mod tests {
             (32768, 2048, (512, 1, 1)),
             (4096, 1, (64, 1, 8)),
             (8192, 16, (128, 1, 8)),
+            (5120, 1, (128, 1, 5)),
+            (7168, 16, (128, 1, 7)),
             (8192, 128, (512, 1, 1)),
         ] {
             assert_eq!(launch_shape(h, 16, m, SMS, true), want, "H={h} M={m}");
