@@ -340,10 +340,22 @@ pub fn launch_shape(
 /// `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces it off or on.
 pub fn swizzle_split_wanted(m: usize, block: usize, pdl_capable: bool) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let knob = *KNOB.get_or_init(|| match std::env::var("FP4NORM_SWIZZLE_SPLIT").as_deref() {
-        Ok("0") => Some(false),
-        Ok("1") => Some(true),
-        _ => None,
+    let knob = *KNOB.get_or_init(|| {
+        let v = std::env::var("FP4NORM_SWIZZLE_SPLIT").ok()?;
+        let forced = match v.as_str() {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        };
+        // A measurement knob: say that it is on, or that it is ignored.
+        match forced {
+            Some(on) => eprintln!(
+                "fp4norm: FP4NORM_SWIZZLE_SPLIT={v} (a measurement knob): every swizzled write {}",
+                if on { "split" } else { "direct" }
+            ),
+            None => eprintln!("fp4norm: FP4NORM_SWIZZLE_SPLIT={v:?} is not 0 or 1; ignored"),
+        }
+        forced
     });
     knob.unwrap_or(pdl_capable && block == 16 && m >= 8192)
 }
@@ -355,7 +367,10 @@ pub fn tune_shape_from_env() -> Option<(u32, u32, u32)> {
     let v = std::env::var("FP4NORM_TUNE_SHAPE").ok()?;
     let f: Option<Vec<u32>> = v.split(',').map(|t| t.trim().parse().ok()).collect();
     match f.as_deref() {
-        Some(&[g, r, c]) => Some((g, r, c)),
+        Some(&[g, r, c]) => {
+            eprintln!("fp4norm: FP4NORM_TUNE_SHAPE={g},{r},{c} (a measurement knob): launch shape forced where it fits");
+            Some((g, r, c))
+        }
         _ => {
             // A measurement knob: say it is ignored rather than measure the default unawares.
             eprintln!("fp4norm: FP4NORM_TUNE_SHAPE={v:?} is not G,R,C (three integers); ignored");
