@@ -307,7 +307,7 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
     let gs_d = upload(stream, &hc.gs);
     let mut q_d = upload(stream, &vec![POISON; p.fp4_len() + off]);
     let mut rm_d = upload(stream, &vec![POISON; hc.rm.len().max(1)]);
-    let sw_off = if c.sw_misalign { 4 } else { 0 };
+    let sw_off = c.sw_offset;
     let mut sw_d = upload(stream, &vec![POISON; hc.sw.len().max(1) + sw_off]);
     let mut y_d = upload(stream, &pad(&vec![T::from_bits(0xAAAA); hc.y.len()]));
     let opts = Options {

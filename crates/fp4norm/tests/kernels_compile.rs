@@ -1,6 +1,7 @@
 //! CI's kernel check (no GPU needed): every kernel specialisation the GPU tests use
 //! (the fused kernels of the sweep, direct and split swizzled writes with their swizzle
-//! passes, the copy yardstick, the codec self-check)
+//! passes, every flag combination of the 512-thread shapes, the copy yardstick, the codec
+//! self-check)
 //! compiles with NVRTC for sm_90 (software E2M1) and sm_100a (hardware E2M1) with zero
 //! spills and zero local memory. Compiled cubins land in the disk cache
 //! (`FP4NORM_CACHE_DIR`), which the device script carries to the GPU machine.
@@ -42,13 +43,47 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         // Its swizzle pass, and the split variant the GPU tests force with
         // FP4NORM_SWIZZLE_SPLIT=1 (and its pass).
         let split = KernelConfig {
-            swizzle_split: cfg.swizzled,
+            swizzle_split: cfg.swizzled && cfg.aligned,
             ..cfg
         };
         for c in [cfg, split] {
             for k in [Some(c), c.swizzle_pass()].into_iter().flatten() {
                 if seen.insert(k.describe()) {
                     out.push(k);
+                }
+            }
+        }
+    }
+    // Every flag combination of the 512-thread throughput shapes (H = 16384, 32768), the
+    // register-tightest kernels (two CTAs per SM asked of the vector ones), aligned or not.
+    for h in [16384usize, 32768] {
+        for dtype in [fp4norm::DType::BF16, fp4norm::DType::F16] {
+            for format in sweep::FORMATS {
+                for layout in [
+                    fp4norm::ScaleLayout::RowMajor,
+                    fp4norm::ScaleLayout::Swizzled,
+                    fp4norm::ScaleLayout::Both,
+                ] {
+                    for (aligned, y_out) in
+                        [(true, false), (true, true), (false, false), (false, true)]
+                    {
+                        let opts = fp4norm::Options { format, eps: 1e-6 };
+                        let p = fp4norm::Problem::new(16384, h, dtype, layout, &opts)
+                            .expect("valid problem")
+                            .with_y_out(y_out);
+                        let mut cfg = KernelConfig::fused(
+                            &p,
+                            fp4norm::cuda::GsMode::Uniform,
+                            aligned,
+                            hw_e2m1,
+                            PLAN_SMS,
+                            true,
+                        );
+                        cfg.hw_canonical_nan = !hw_e2m1;
+                        if seen.insert(cfg.describe()) {
+                            out.push(cfg);
+                        }
+                    }
                 }
             }
         }

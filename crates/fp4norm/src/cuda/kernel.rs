@@ -139,7 +139,10 @@ impl KernelConfig {
             rows_per_cta: r,
             cluster: c,
             aligned,
+            // The swizzle pass moves 4-byte words: only for the vector kernel, whose
+            // `aligned` implies 4-byte aligned scale pointers (any alignment is allowed).
             swizzle_split: p.layout.has_swizzled()
+                && aligned
                 && swizzle_split_wanted(p.m, p.block(), clusters),
         }
     }
@@ -313,8 +316,12 @@ pub fn launch_shape(
     if latency {
         // Fewer CTAs of whole warps beat more CTAs with a ragged last warp (M = 1 / 16:
         // H = 5120 in 8 CTAs of 80 vectors 2.51 / 2.71 µs, in 5 of 128 2.16 / 2.27 µs;
-        // H = 7168 in 8 of 112 2.49 / 2.77 µs, in 7 of 128 2.22 / 2.44 µs).
-        if let Some(whole) = (1..=c).rev().find(|&k| fits(k) && (nv / k) % 32 == 0) {
+        // H = 7168 in 8 of 112 2.49 / 2.77 µs, in 7 of 128 2.22 / 2.44 µs). Measured
+        // only that far: the split may shrink to half its CTAs, not more.
+        if let Some(whole) = (1..=c)
+            .rev()
+            .find(|&k| 2 * k >= c && fits(k) && (nv / k) % 32 == 0)
+        {
             c = whole;
         }
     }
@@ -593,6 +600,7 @@ mod tests {
             (8192, 16, (128, 1, 8)),
             (5120, 1, (128, 1, 5)),
             (7168, 16, (128, 1, 7)),
+            (2816, 1, (96, 1, 4)), // whole warps only at 1 CTA: the ragged 4 stay
             (8192, 128, (512, 1, 1)),
         ] {
             assert_eq!(launch_shape(h, 16, m, SMS, true), want, "H={h} M={m}");

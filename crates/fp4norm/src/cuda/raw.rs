@@ -538,6 +538,12 @@ pub(crate) unsafe fn launch_fused(
         _pad: 0,
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    // Both kernels of a split swizzled write are loaded before either is launched, so
+    // that a failure to build the second cannot leave the first's staging behind.
+    let pass = match cfg.swizzle_pass() {
+        Some(pass) => Some((pass, gpu.kernels.get(&gpu.ctx, &gpu.arch, &pass)?)),
+        None => None,
+    };
     let grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
     let grid = u32::try_from(grid)
         .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
@@ -557,10 +563,9 @@ pub(crate) unsafe fn launch_fused(
             "launching fp4norm_fused",
         )?;
     }
-    let Some(pass) = cfg.swizzle_pass() else {
+    let Some((pass, f)) = pass else {
         return Ok(());
     };
-    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &pass)?;
     let tiles = swizzled_rows(p.m) / 128;
     let chunks = p.n_blocks().div_ceil(4) * 4;
     let chunks = chunks.div_ceil(64);

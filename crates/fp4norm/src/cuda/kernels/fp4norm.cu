@@ -487,8 +487,9 @@ __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, i
 // so fewer loads are in flight (measured on the H200: 94 % -> 86 % of copy at
 // 16384 x 16384, with 56 -> 43 registers and no gain in resident CTAs). 512-thread CTAs
 // ask for two: at 66 registers (f16 NVFP4, H = 32768) only one fits, and that shape
-// measured 80 % of copy against 91 % for its 64-register MXFP4 twin.
-#define MIN_CTAS_PER_SM ((FP4_G * FP4_R == 512) ? 2 : 1)
+// measured 80 % of copy against 91 % for its 64-register MXFP4 twin. (Not for the
+// element-wise fallback: at 64 registers some of its f16 H = 32768 kernels spill.)
+#define MIN_CTAS_PER_SM ((FP4_G * FP4_R == 512 && FP4_VEC_ALIGNED) ? 2 : 1)
 extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R, MIN_CTAS_PER_SM)
 fp4norm_fused(const Fp4NormParams p) {
     const int lane = threadIdx.x % FP4_G;
@@ -612,10 +613,11 @@ fp4norm_fused(const Fp4NormParams p) {
             }
         }
         // This CTA is done reading the others' shared memory; the matching wait at the end
-        // keeps every CTA's shared memory alive until all have read it. Relaxed: the reads'
-        // values are already in registers, nothing needs ordering (and a release arrive
-        // costs a GPU-scope MEMBAR).
-        asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+        // keeps every CTA's shared memory alive until all have read it. Relaxed (a release
+        // arrive costs a GPU-scope MEMBAR), with ss as an operand: the arrive issues only
+        // after the additions that consume every remote read, so no read is still in
+        // flight when a peer passes its final wait and exits.
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;" :: "d"(ss) : "memory");
 #endif
 
         if (live) {
@@ -732,6 +734,11 @@ struct Fp4DequantParams {
 
 #if FP4_KIND == 1
 extern "C" __global__ void __launch_bounds__(256) fp4norm_dequant(const Fp4DequantParams p) {
+#if __CUDA_ARCH__ >= 900
+    // Launched with programmatic dependent launch when the Gpu's PDL is on: wait for the
+    // previous kernel (typically the fused one, which lets dependents start early).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;  // vector index
     if (idx >= p.m * NV) return;
     const i64 row = idx / NV;
@@ -807,11 +814,15 @@ extern "C" __global__ void __launch_bounds__(512) fp4norm_copy(const uint4* __re
 // every f32 bit pattern (and every E4M3 code for the decoder). The literal encoders are
 // SPEC.md §2 line by line (and checked against the CPU reference by the GPU tests);
 // this proves the fast ones equal them everywhere, not just on the data the tests draw.
-// result: [0] E2M1 mismatches, [1] lowest mismatching input, [2] E4M3 encode mismatches,
+// result: [0] E2M1 mismatches (groups of eight, as drawn and with mixed signs), [1] lowest
+// mismatching group's first input, [2] E4M3 encode mismatches,
 // [3] lowest mismatching input, [4] E4M3 decode mismatches, [5] lowest mismatching code,
 // [6] inputs checked / 8. The host zeroes [0], [2], [4], [6] and sets [1], [3], [5] to ~0.
 #if FP4_KIND == 3
 extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* result) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // as in fp4norm_dequant
+#endif
     const u64 first = ((u64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     const u64 stride = (u64)gridDim.x * blockDim.x * 8;
     u32 groups = 0;
@@ -834,6 +845,19 @@ extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* resul
             want |= e2m1_encode_sw(p[i]) << (4 * i);
         }
         if (e2m1_pack8_fast(p) != want) {
+            atomicAdd(&result[0], 1u);
+            atomicMin(&result[1], (u32)base);
+        }
+        // The same values with mixed signs (a pattern varying from group to group: the
+        // eight patterns of a group share their sign bit), for the sign packing.
+        const u32 flips = ((u32)(base >> 3) * 0x9E3779B9u) >> 24;
+        u32 want_mixed = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            p[i] = __uint_as_float(__float_as_uint(p[i]) ^ (((flips >> i) & 1u) << 31));
+            want_mixed |= e2m1_encode_sw(p[i]) << (4 * i);
+        }
+        if (e2m1_pack8_fast(p) != want_mixed) {
             atomicAdd(&result[0], 1u);
             atomicMin(&result[1], (u32)base);
         }
