@@ -158,8 +158,9 @@ impl KernelConfig {
         })
     }
 
-    /// The configuration of a kernel that has no problem shape (the copy yardstick, the
-    /// codec self-check): only `kind` matters.
+    /// The configuration of a kernel that has no launch shape of its own (the copy
+    /// yardstick, the codec self-check; the dequantisation and swizzle kernels set their
+    /// format fields over it).
     pub fn shapeless(kind: KernelKind) -> Self {
         KernelConfig {
             kind,

@@ -662,23 +662,13 @@ pub(crate) unsafe fn launch_dequant(
         },
     ])?;
     let cfg = KernelConfig {
-        kind: KernelKind::Dequant,
-        dtype: DType::BF16,
         h: p.h,
         block: p.block(),
         ue8m0: c.format.scale == ScaleFormat::UE8M0,
         row_major: layout == ScaleLayout::RowMajor,
         swizzled: layout == ScaleLayout::Swizzled,
-        residual: false,
-        y_out: false,
         gs,
-        hw_e2m1: false,
-        hw_canonical_nan: false,
-        threads_per_row: 32,
-        rows_per_cta: 1,
-        cluster: 1,
-        aligned: true,
-        swizzle_split: false,
+        ..KernelConfig::shapeless(KernelKind::Dequant)
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let mut params = DequantParams {
