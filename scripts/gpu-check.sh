@@ -2,6 +2,8 @@
 # Runs on the GPU machine over a working tree carrying .artifacts/ (see gpu-build.sh).
 # Usage: bash scripts/gpu-check.sh [tests] [concurrency] [sanitize] [bench] [layouts] [peers] [all]
 #        bash scripts/gpu-check.sh tune | nanexp | ab | ncu   (measurements, not in `all`)
+#        bash scripts/gpu-check.sh report   (issue 4's whole table in one call: tests, main
+#        table, layouts, y_out, f16, PDL chain, Triton peer -> $OUT/report.tgz + report.md)
 # Logs go to $OUT (the device tool brings them back); a short summary prints last.
 set -u
 cd "$(dirname "$0")/.."
@@ -146,6 +148,36 @@ if [[ " $modes " == *" ncu "* ]]; then
 16384 4096 swizzled nvfp4}"
     summary+=("ncu: see ncu.log")
   fi
+fi
+
+if [[ " $modes " == *" report "* ]]; then
+  # Everything BENCHMARKS.md's issue-4 table needs, from one machine in one call, kept in
+  # one tarball (the device tool brings back at most 8 files). ~8 minutes on an H200.
+  echo "== report: tests, main table, layouts, y_out, f16, PDL, Triton peer"
+  rep=$out/report; mkdir -p "$rep"
+  "$bin/gpu" --test-threads=3 > "$rep/gpu-tests.log" 2>&1
+  summary+=("report tests: $(grep 'test result' "$rep/gpu-tests.log" | tail -1)")
+  b() { "$bin/fp4norm" bench --device cuda --copy-mib 2048 "$@"; }
+  b --layout row-major --m 1,16,128,1024,4096,8192,16384 --h 2048,4096,5120,7168,8192,16384,32768 \
+    --json "$rep/main.json" > "$rep/main.log" 2>&1
+  b --layout row-major,swizzled,both --m 1024,8192,16384 --h 4096,8192 --json "$rep/layouts.json" > "$rep/layouts.log" 2>&1
+  b --layout row-major --y-out --m 1024,8192,16384 --h 4096,8192 --json "$rep/yout.json" > "$rep/yout.log" 2>&1
+  b --layout row-major --dtype f16 --dtype bf16 --m 2048,16384 --h 32768 --json "$rep/h32768.json" > "$rep/h32768.log" 2>&1
+  b --layout row-major --dtype f16 --m 16384 --h 2048,4096,5120,7168,8192,16384 --json "$rep/f16.json" > "$rep/f16.log" 2>&1
+  b --layout row-major --m 1,16 --h 4096,8192 --pdl --no-check > "$rep/pdl.log" 2>&1
+  timeout 300 python3 .artifacts/peers/triton_peer.py 1x4096 16x4096 128x8192 1024x4096 4096x7168 8192x8192 16384x4096 2048x32768 \
+    > "$rep/peers.log" 2>&1
+  [ -f peer_bench.json ] && mv peer_bench.json "$rep/"
+  [ -f "$out/peer_bench.json" ] && mv "$out/peer_bench.json" "$rep/"
+  peers_json=$(ls "$rep"/peer_bench.json 2>/dev/null)
+  python3 scripts/bench-tables.py --main "$rep/main.json" ${peers_json:+--peers "$peers_json"} \
+    --layouts "$rep/layouts.json" --yout "$rep/yout.json" --extra "$rep/h32768.json" --extra "$rep/f16.json" \
+    > "$rep/report.md" 2> "$rep/report.err"
+  grep -A12 "^programmatic dependent launch" "$rep/pdl.log" >> "$rep/report.md"
+  cp "$rep/report.md" "$out/report.md"
+  tar czf "$out/report.tgz" -C "$out" report && rm -rf "$rep"
+  tail -40 "$out/report.md"
+  summary+=("report: report.md, everything in report.tgz")
 fi
 
 if has sanitize; then
