@@ -6,7 +6,7 @@ use cudarc::driver::sys;
 
 use super::kernel::{GsMode, KernelConfig, KernelKind};
 use super::Gpu;
-use crate::layout::{swizzled_rows, ScaleLayout};
+use crate::layout::{swizzled_col_tiles, swizzled_rows, ScaleLayout};
 use crate::{DType, Error, Fp4Format, Options, Problem, ScaleFormat, ScaleOut};
 
 /// A device matrix by raw pointer: `rows × cols` elements, rows `row_stride` elements apart.
@@ -567,8 +567,8 @@ pub(crate) unsafe fn launch_fused(
         return Ok(());
     };
     let tiles = swizzled_rows(p.m) / 128;
-    let chunks = p.n_blocks().div_ceil(4) * 4;
-    let chunks = chunks.div_ceil(64);
+    // One CTA per 128-row tile and 64-block chunk (16 column groups): fp4norm_swizzle's grid.
+    let chunks = swizzled_col_tiles(p.n_blocks()).div_ceil(16);
     let grid = u32::try_from(tiles * chunks)
         .map_err(|_| Error::Unsupported(format!("{} rows exceed the grid limit", p.m)))?;
     let mut params = SwizzleParams {
@@ -702,12 +702,6 @@ pub(crate) fn run_codec_check(
     gpu: &Gpu,
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
 ) -> Result<[u32; 7], Error> {
-    let err = |context: &'static str| {
-        move |e: cudarc::driver::DriverError| Error::Cuda {
-            context,
-            message: e.to_string(),
-        }
-    };
     let f = gpu.kernels.get(
         &gpu.ctx,
         &gpu.arch,
@@ -716,7 +710,7 @@ pub(crate) fn run_codec_check(
     let init: [u32; 7] = [0, u32::MAX, 0, u32::MAX, 0, u32::MAX, 0];
     let result = stream
         .clone_htod(&init)
-        .map_err(err("uploading the self-check counters"))?;
+        .map_err(super::driver_err("uploading the self-check counters"))?;
     let (mut ptr, _guard) = {
         use cudarc::driver::DevicePtr;
         result.device_ptr(stream)
@@ -738,7 +732,7 @@ pub(crate) fn run_codec_check(
     drop(_guard);
     let got = stream
         .clone_dtoh(&result)
-        .map_err(err("reading the self-check counters"))?;
+        .map_err(super::driver_err("reading the self-check counters"))?;
     got.try_into()
         .map_err(|_| Error::Unsupported("self-check returned a wrong count".into()))
 }
