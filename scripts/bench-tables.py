@@ -40,37 +40,40 @@ def header(run, what):
             f"launch floor {run['launch_floor_us']:.2f} µs, eps {run['eps']:g}, global scale {run['global_scale']:g}")
 
 
+def m_by_h(ms, hs, cell, skip_empty_rows=False):
+    """An M x H markdown table; cell(m, h) gives the text, '-' for none."""
+    out = ["| M \\ H | " + " | ".join(map(str, hs)) + " |", "|---" * (len(hs) + 1) + "|"]
+    for m in ms:
+        cells = [cell(m, h) for h in hs]
+        if not (skip_empty_rows and all(c == "-" for c in cells)):
+            out.append(f"| {m} | " + " | ".join(cells) + " |")
+    return out
+
+
 def grid(run, dtype="bf16", layout="row-major"):
     rows = index(run)
     ms = sorted({k[0] for k in rows if k[2] == dtype and k[4] == layout})
     hs = sorted({k[1] for k in rows if k[2] == dtype and k[4] == layout})
+    pair = lambda m, h: [rows.get((m, h, dtype, f, layout, False)) for f in FORMATS]
+
+    def speed(m, h):
+        rs = pair(m, h)
+        if any(r is None for r in rs):
+            return "-"
+        if m * h < SMALL:
+            return " / ".join(f"{r['graph_us']:.2f}" for r in rs) + " µs"
+        return " / ".join(f"{pct(run, r):.1f}%" for r in rs)
+
+    def vs_same(m, h):
+        rs = pair(m, h)
+        if any(r is None or not r.get("copy_same_bytes_gb_per_s") for r in rs):
+            return "-"
+        return " / ".join(f"{100 * r['graph_gb_per_s'] / r['copy_same_bytes_gb_per_s']:.0f}%" for r in rs)
+
     out = [header(run, "main table") + f"; {dtype}, {layout}; cells NVFP4 / MXFP4", ""]
-    out.append("| M \\ H | " + " | ".join(map(str, hs)) + " |")
-    out.append("|---" * (len(hs) + 1) + "|")
-    for m in ms:
-        cells = []
-        for h in hs:
-            rs = [rows.get((m, h, dtype, f, layout, False)) for f in FORMATS]
-            if any(r is None for r in rs):
-                cells.append("-")
-            elif m * h < SMALL:
-                cells.append(" / ".join(f"{r['graph_us']:.2f}" for r in rs) + " µs")
-            else:
-                cells.append(" / ".join(f"{pct(run, r):.1f}%" for r in rs))
-        out.append(f"| {m} | " + " | ".join(cells) + " |")
+    out += m_by_h(ms, hs, speed)
     out += ["", "against a copy of each call's own size (\"vs same\"):", ""]
-    out.append("| M \\ H | " + " | ".join(map(str, hs)) + " |")
-    out.append("|---" * (len(hs) + 1) + "|")
-    for m in ms:
-        cells = []
-        for h in hs:
-            rs = [rows.get((m, h, dtype, f, layout, False)) for f in FORMATS]
-            if any(r is None or not r.get("copy_same_bytes_gb_per_s") for r in rs):
-                cells.append("-")
-            else:
-                cells.append(" / ".join(f"{100 * r['graph_gb_per_s'] / r['copy_same_bytes_gb_per_s']:.0f}%" for r in rs))
-        if any(c != "-" for c in cells):
-            out.append(f"| {m} | " + " | ".join(cells) + " |")
+    out += m_by_h(ms, hs, vs_same, skip_empty_rows=True)
     return out
 
 
