@@ -186,6 +186,7 @@ if has sanitize; then
     sweep=${SANITIZE_SWEEP:-small}
     tests="gpu_sweep_bf16 gpu_graph"
     if [ "$sweep" = full ]; then tests="gpu_sweep gpu_edge_cases gpu_graph"; fi
+    tests=${SANITIZE_TESTS:-$tests}   # test name filters, e.g. "gpu_sweep_bf16 gpu_edge_cases"
     echo "== compute-sanitizer $tool ($sweep sweep: $tests)"
     FP4NORM_GPU_SWEEP=$sweep timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu" --test-threads=1 $tests > "$out/sanitize-$tool.log" 2>&1
     rc=$?

@@ -453,12 +453,15 @@ __device__ __forceinline__ double warp_sum(double v) {
 // their block maximum with one or two shuffles.
 
 #if FP4_KIND == 0
-// A clustered row (FP4_C > 1) held in registers writes its residual back only after the
-// cluster barriers: barrier.cluster.arrive.release compiles to a GPU-scope MEMBAR, which
-// would otherwise wait for those stores to reach L2 on the row's critical path.
-#define DEFER_RESIDUAL_STORE (FP4_C > 1 && HOLD_IN_REGS && FP4_RESIDUAL)
+#if FP4_C > 1
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+#endif
 
-// h = RNdt(x + r) (written back to r, unless deferred) for vector v; adds its squares to ss.
+// h = RNdt(x + r) (written back to r) for vector v; adds its squares to ss.
 __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, int v, uint4 x, uint4 r, double& ss) {
 #if FP4_RESIDUAL
     uint4 h;
@@ -466,9 +469,9 @@ __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, i
     h.y = add_pair(x.y, r.y);
     h.z = add_pair(x.z, r.z);
     h.w = add_pair(x.w, r.w);
-#if !DEFER_RESIDUAL_STORE
+    // Stored right away: nothing later waits for it (the cluster exchange below has no
+    // release fence; an earlier barrier.cluster.arrive.release, a GPU-scope MEMBAR, did).
     store_vec(p.r + row * p.r_stride + v * 8, h);
-#endif
 #else
     const uint4 h = x;
 #endif
@@ -513,6 +516,22 @@ fp4norm_fused(const Fp4NormParams p) {
 
 #if WARPS_PER_ROW > 1
     __shared__ double partial[FP4_R][WARPS_PER_ROW];
+#endif
+#if FP4_C > 1
+    // The cluster's exchange of partial sums of squares (see below): each CTA's
+    // cluster_parts[r] receives CTA r's sum by st.async, which signals cluster_bar with its
+    // bytes. The barrier expects all FP4_C parts from the start; the cluster barrier that
+    // makes its initialisation visible to the peers overlaps pass 1's loads.
+    __shared__ __align__(8) u64 cluster_bar;
+    __shared__ double cluster_parts[FP4_C];
+    if (threadIdx.x == 0) {
+        asm volatile("{ .reg .b64 st;\n\t"
+                     "mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
+                     "mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t"
+                     "fence.mbarrier_init.release.cluster; }"
+                     :: "r"(smem_addr(&cluster_bar)), "r"(FP4_C * 8) : "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #endif
 #if PREFETCH_W
     // The weight does not depend on the row: loaded once per CTA.
@@ -594,30 +613,34 @@ fp4norm_fused(const Fp4NormParams p) {
 #endif
 #endif
 #if FP4_C > 1
-        // The row's other parts live in the cluster's other CTAs: publish this CTA's sum,
-        // then every CTA adds all of them in rank order (the same rstd everywhere).
-        __shared__ double cluster_part;
-        if (threadIdx.x == 0) cluster_part = ss;
-        asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+        // The row's other parts live in the cluster's other CTAs. Every CTA pushes its sum
+        // into slot `rank` of every CTA (thread t sends to CTA t) with st.async, which
+        // completes bytes on the receiver's mbarrier; each then waits for its FP4_C slots and
+        // adds them in rank order (the same rstd everywhere). One one-way DSMEM hop, no
+        // cluster barrier and no fence on the row's critical path, and no barrier at exit:
+        // a CTA leaves only after every part addressed to it has landed, and every part it
+        // sent is awaited by a CTA that cannot have left.
+        asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // peers' mbarriers are initialised
+        if (threadIdx.x < FP4_C) {
+            u32 slot, bar;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(slot) : "r"(smem_addr(&cluster_parts[rank])), "r"(threadIdx.x));
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(bar) : "r"(smem_addr(&cluster_bar)), "r"(threadIdx.x));
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
+                         :: "r"(slot), "l"(__double_as_longlong(ss)), "r"(bar) : "memory");
+        }
         {
-            u32 local;
-            asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(&cluster_part));
-            ss = 0.0;
-#pragma unroll
-            for (u32 r = 0; r < FP4_C; ++r) {
-                u32 remote;
-                double part;
-                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
-                asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(part) : "r"(remote) : "memory");
-                ss = __dadd_rn(ss, part);
+            const u32 bar = smem_addr(&cluster_bar);
+            u32 done = 0;
+            while (!done) {
+                asm volatile("{ .reg .pred p;\n\t"
+                             "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n\t"
+                             "selp.u32 %0, 1, 0, p; }"
+                             : "=r"(done) : "r"(bar) : "memory");
             }
         }
-        // This CTA is done reading the others' shared memory; the matching wait at the end
-        // keeps every CTA's shared memory alive until all have read it. Relaxed (a release
-        // arrive costs a GPU-scope MEMBAR), with ss as an operand: the arrive issues only
-        // after the additions that consume every remote read, so no read is still in
-        // flight when a peer passes its final wait and exits.
-        asm volatile("barrier.cluster.arrive.relaxed.aligned;" :: "d"(ss) : "memory");
+        ss = 0.0;
+#pragma unroll
+        for (int r = 0; r < FP4_C; ++r) ss = __dadd_rn(ss, cluster_parts[r]);
 #endif
 
         if (live) {
@@ -640,9 +663,6 @@ fp4norm_fused(const Fp4NormParams p) {
                 if (in_row) {
 #if HOLD_IN_REGS
                     const uint4 h = hv[k];
-#if DEFER_RESIDUAL_STORE
-                    store_vec(p.r + row * p.r_stride + v * 8, h);
-#endif
 #else
                     const uint4 h = load_vec(hrow + v * 8);
 #endif
@@ -714,9 +734,6 @@ fp4norm_fused(const Fp4NormParams p) {
         }
 #endif
     }
-#if FP4_C > 1
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
 }
 
 #endif  // FP4_KIND == 0
