@@ -153,31 +153,45 @@ fi
 if [[ " $modes " == *" report "* ]]; then
   # Everything BENCHMARKS.md's issue-4 table needs, from one machine in one call, kept in
   # one tarball (the device tool brings back at most 8 files). ~8 minutes on an H200.
-  echo "== report: tests, main table, layouts, y_out, f16, PDL, Triton peer"
+  # REPORT_DEADLINE (seconds, default 500): sections not started by then are skipped (and
+  # say so), so that the tarball is always written within a device call's limit.
+  echo "== report: tests, main table, Triton peer, layouts, y_out, PDL, H = 32768, f16"
   rep=$out/report; mkdir -p "$rep"
-  "$bin/gpu" --test-threads=3 > "$rep/gpu-tests.log" 2>&1
-  summary+=("report tests: $(grep 'test result' "$rep/gpu-tests.log" | tail -1)")
+  t0=$(date +%s)
+  section() {  # section NAME: whether there is time left for it
+    if (( $(date +%s) - t0 < ${REPORT_DEADLINE:-500} )); then
+      echo "[report t+$(( $(date +%s) - t0 ))s] $1"; return 0
+    fi
+    echo "[report] $1 skipped: deadline" | tee -a "$rep/skipped.txt"; return 1
+  }
   b() { "$bin/fp4norm" bench --device cuda --copy-mib 2048 "$@"; }
-  b --layout row-major --m 1,16,128,1024,4096,8192,16384 --h 2048,4096,5120,7168,8192,16384,32768 \
+  if section tests; then
+    "$bin/gpu" --test-threads=3 > "$rep/gpu-tests.log" 2>&1
+    summary+=("report tests: $(grep 'test result' "$rep/gpu-tests.log" | tail -1)")
+  fi
+  section main && b --layout row-major --m 1,16,128,1024,4096,8192,16384 --h 2048,4096,5120,7168,8192,16384,32768 \
     --json "$rep/main.json" > "$rep/main.log" 2>&1
-  b --layout row-major,swizzled,both --m 1024,8192,16384 --h 4096,8192 --json "$rep/layouts.json" > "$rep/layouts.log" 2>&1
-  b --layout row-major --y-out --m 1024,8192,16384 --h 4096,8192 --json "$rep/yout.json" > "$rep/yout.log" 2>&1
-  b --layout row-major --dtype f16 --dtype bf16 --m 2048,16384 --h 32768 --json "$rep/h32768.json" > "$rep/h32768.log" 2>&1
-  b --layout row-major --dtype f16 --m 16384 --h 2048,4096,5120,7168,8192,16384 --json "$rep/f16.json" > "$rep/f16.log" 2>&1
-  b --layout row-major --m 1,16 --h 4096,8192 --pdl --no-check > "$rep/pdl.log" 2>&1
-  timeout 300 python3 .artifacts/peers/triton_peer.py 1x4096 16x4096 128x8192 1024x4096 4096x7168 8192x8192 16384x4096 2048x32768 \
-    > "$rep/peers.log" 2>&1
-  [ -f peer_bench.json ] && mv peer_bench.json "$rep/"
-  [ -f "$out/peer_bench.json" ] && mv "$out/peer_bench.json" "$rep/"
-  peers_json=$(ls "$rep"/peer_bench.json 2>/dev/null)
-  python3 scripts/bench-tables.py --main "$rep/main.json" ${peers_json:+--peers "$peers_json"} \
-    --layouts "$rep/layouts.json" --yout "$rep/yout.json" --extra "$rep/h32768.json" --extra "$rep/f16.json" \
-    > "$rep/report.md" 2> "$rep/report.err"
-  grep -A12 "^programmatic dependent launch" "$rep/pdl.log" >> "$rep/report.md"
-  cp "$rep/report.md" "$out/report.md"
+  if section peers; then
+    timeout 240 python3 .artifacts/peers/triton_peer.py 1x4096 16x4096 128x8192 1024x4096 4096x7168 8192x8192 16384x4096 2048x32768 \
+      > "$rep/peers.log" 2>&1
+    [ -f peer_bench.json ] && mv peer_bench.json "$rep/"
+    [ -f "$out/peer_bench.json" ] && mv "$out/peer_bench.json" "$rep/"
+  fi
+  section layouts && b --layout row-major,swizzled,both --m 1024,8192,16384 --h 4096,8192 --json "$rep/layouts.json" > "$rep/layouts.log" 2>&1
+  section y_out && b --layout row-major --y-out --m 1024,8192,16384 --h 4096,8192 --json "$rep/yout.json" > "$rep/yout.log" 2>&1
+  section pdl && b --layout row-major --m 1,16 --h 4096,8192 --pdl --no-check > "$rep/pdl.log" 2>&1
+  section h32768 && b --layout row-major --dtype f16 --dtype bf16 --m 2048,16384 --h 32768 --json "$rep/h32768.json" > "$rep/h32768.log" 2>&1
+  section f16 && b --layout row-major --dtype f16 --m 16384 --h 2048,4096,5120,7168,8192,16384 --json "$rep/f16.json" > "$rep/f16.log" 2>&1
+  args=()
+  for f in peers:peer_bench layouts:layouts yout:yout extra:h32768 extra:f16; do
+    [ -f "$rep/${f#*:}.json" ] && args+=(--"${f%%:*}" "$rep/${f#*:}.json")
+  done
+  [ -f "$rep/main.json" ] && python3 scripts/bench-tables.py --main "$rep/main.json" "${args[@]}" > "$rep/report.md" 2> "$rep/report.err"
+  [ -f "$rep/pdl.log" ] && grep -A12 "^programmatic dependent launch" "$rep/pdl.log" >> "$rep/report.md"
+  [ -f "$rep/report.md" ] && cp "$rep/report.md" "$out/report.md"
   tar czf "$out/report.tgz" -C "$out" report && rm -rf "$rep"
-  tail -40 "$out/report.md"
-  summary+=("report: report.md, everything in report.tgz")
+  [ -f "$out/report.md" ] && tail -40 "$out/report.md"
+  summary+=("report: report.md, everything in report.tgz ($(( $(date +%s) - t0 ))s)")
 fi
 
 if has sanitize; then
