@@ -276,7 +276,8 @@ impl KernelConfig {
 ///   128 threads wide), every row held in registers. Longer rows: one 512-thread CTA per
 ///   row that re-reads the row it has just written from L2 in its second pass (+16
 ///   points of copy bandwidth at H = 32768 over splitting the row across a cluster or
-///   holding it in a 1024-thread CTA). (A persistent grid whose CTAs load the next row
+///   holding it in a 1024-thread CTA; the cluster figures predate the `st.async`
+///   exchange of partial sums, and are due a re-measurement). (A persistent grid whose CTAs load the next row
 ///   while finishing the current one lost 9-30 points at every H from 1024 to 8192 once
 ///   the CTAs were sized this way; it is gone.)
 /// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a

@@ -470,7 +470,8 @@ __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, i
     h.z = add_pair(x.z, r.z);
     h.w = add_pair(x.w, r.w);
     // Stored right away: nothing later waits for it (the cluster exchange below has no
-    // release fence; an earlier barrier.cluster.arrive.release, a GPU-scope MEMBAR, did).
+    // GPU-scope MEMBAR; an earlier barrier.cluster.arrive.release, which compiled to one,
+    // waited for these stores).
     store_vec(p.r + row * p.r_stride + v * 8, h);
 #else
     const uint4 h = x;
@@ -521,7 +522,9 @@ fp4norm_fused(const Fp4NormParams p) {
     // The cluster's exchange of partial sums of squares (see below): each CTA's
     // cluster_parts[r] receives CTA r's sum by st.async, which signals cluster_bar with its
     // bytes. The barrier expects all FP4_C parts from the start; the cluster barrier that
-    // makes its initialisation visible to the peers overlaps pass 1's loads.
+    // makes its initialisation visible to the peers overlaps pass 1's loads (init, then
+    // fence.mbarrier_init.release.cluster, then a relaxed arrive: the PTX ISA's pattern
+    // for publishing an mbarrier to the cluster). The barrier is used once (phase 0).
     __shared__ __align__(8) u64 cluster_bar;
     __shared__ double cluster_parts[FP4_C];
     if (threadIdx.x == 0) {
@@ -616,10 +619,16 @@ fp4norm_fused(const Fp4NormParams p) {
         // The row's other parts live in the cluster's other CTAs. Every CTA pushes its sum
         // into slot `rank` of every CTA (thread t sends to CTA t) with st.async, which
         // completes bytes on the receiver's mbarrier; each then waits for its FP4_C slots and
-        // adds them in rank order (the same rstd everywhere). One one-way DSMEM hop, no
-        // cluster barrier and no fence on the row's critical path, and no barrier at exit:
-        // a CTA leaves only after every part addressed to it has landed, and every part it
-        // sent is awaited by a CTA that cannot have left.
+        // adds them in rank order (the same rstd everywhere). One one-way DSMEM hop and no
+        // GPU-scope fence on the row's critical path (the cluster wait below finds the
+        // start barrier long complete), and no barrier at exit: a CTA leaves only after
+        // every part addressed to it has landed (its phase needs tx-count 0), and every
+        // part it sent is awaited by a CTA that cannot have left; st.async stores a
+        // register value, so its sender need not stay. This holds only while every CTA of
+        // the cluster reaches this point (no early return above it: a peer would write
+        // into an exited CTA and wait forever for its part) and sends exactly one 8-byte
+        // part to each CTA. (The PTX ISA's st.async, mbarrier and barrier.cluster
+        // sections; Dao-AILab quack's cluster RMSNorm reduction works the same way.)
         asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // peers' mbarriers are initialised
         if (threadIdx.x < FP4_C) {
             u32 slot, bar;
