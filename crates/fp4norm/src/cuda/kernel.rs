@@ -277,9 +277,9 @@ impl KernelConfig {
 ///   row that re-reads the row it has just written from L2 in its second pass (+16
 ///   points of copy bandwidth at H = 32768 over splitting the row across a cluster or
 ///   holding it in a 1024-thread CTA; the cluster figures predate the `st.async`
-///   exchange of partial sums, and are due a re-measurement). (A persistent grid whose CTAs load the next row
-///   while finishing the current one lost 9-30 points at every H from 1024 to 8192 once
-///   the CTAs were sized this way; it is gone.)
+///   exchange of partial sums, and are due a re-measurement). (A persistent grid whose
+///   CTAs load the next row while finishing the current one lost 9-30 points at every H
+///   from 1024 to 8192 once the CTAs were sized this way; it is gone.)
 /// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a
 ///   cluster, each on its own SM; fewer where that gives CTAs of whole warps) with one
 ///   vector per thread, so the rows together cover the SMs and no SM works through a
