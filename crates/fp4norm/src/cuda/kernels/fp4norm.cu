@@ -642,11 +642,16 @@ fp4norm_fused(const Fp4NormParams p) {
             u32 done = 0;
             while (!done) {
                 asm volatile("{ .reg .pred p;\n\t"
-                             "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n\t"
+                             "mbarrier.try_wait.parity.relaxed.cluster.shared::cta.b64 p, [%1], 0;\n\t"
                              "selp.u32 %0, 1, 0, p; }"
                              : "=r"(done) : "r"(bar) : "memory");
             }
         }
+        // A relaxed wait and this fence, rather than an acquiring wait: the PTX ISA's
+        // pattern for reading shared memory that peers filled through the mbarrier, and
+        // its sm_90 SASS has no L1 invalidate (CCTL.IVALL) after the wait (M = 16 x 8192:
+        // 2.07 -> 1.98 µs, other small shapes within 1 %; BENCHMARKS.md, fifth session).
+        asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
         ss = 0.0;
 #pragma unroll
         for (int r = 0; r < FP4_C; ++r) ss = __dadd_rn(ss, cluster_parts[r]);
