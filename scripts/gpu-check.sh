@@ -14,7 +14,7 @@ export FP4NORM_CACHE_DIR=$PWD/.artifacts/kcache
 export PYTHONUNBUFFERED=1
 # NVRTC of the torch wheel, for specialisations not in the carried cache (tuning runs).
 export FP4NORM_NVRTC_DIR=${FP4NORM_NVRTC_DIR:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib}
-bin=.artifacts/bin
+bin=${GPU_CHECK_BIN:-.artifacts/bin}   # GPU_CHECK_BIN: binaries of another build (an experiment)
 modes=${*:-all}
 has() { [[ " $modes " == *" $1 "* || " $modes " == *" all "* ]]; }
 summary=()

@@ -274,12 +274,20 @@ impl KernelConfig {
 /// * Many rows (more than SMs): throughput. Two vectors per thread up to H = 4096, four
 ///   up to H = 16384: one CTA per row (short rows share a CTA so that CTAs stay at least
 ///   128 threads wide), every row held in registers. Longer rows: one 512-thread CTA per
-///   row that re-reads the row it has just written from L2 in its second pass (+16
-///   points of copy bandwidth at H = 32768 over splitting the row across a cluster or
-///   holding it in a 1024-thread CTA; the cluster figures predate the `st.async`
-///   exchange of partial sums, and are due a re-measurement). (A persistent grid whose
+///   row that re-reads the row it has just written from L2 in its second pass (better than
+///   holding it in a 1024-thread CTA; see the cluster splits below). (A persistent grid whose
 ///   CTAs load the next row while finishing the current one lost 9-30 points at every H
 ///   from 1024 to 8192 once the CTAs were sized this way; it is gone.)
+/// * Many rows, split over a cluster (sm_90+) where the fifth session's grid measured a
+///   gain (BENCHMARKS.md, "Cluster splits for many rows"; every split keeps two vectors
+///   per thread): H = 8192 in two CTAs at every M (2-7 % faster; 16384 x 8192 at 94.1 %
+///   of copy in bf16), H = 5120 up to 64 rows per SM (2-12 %; at 16384 rows bf16 even,
+///   f16 1-2 % slower); H = 16384 and 32768 in four and
+///   eight CTAs of 256 threads up to 16 rows per SM (1024 x 32768: 69.0 -> 62.0 µs,
+///   1024 x 16384 33.2 -> 31.4 µs); beyond that they lose 1-3 % (the shorter last wave
+///   no longer pays for the split; persistent clusters looping over rows lost more).
+///   Split, H = 2048, 4096 and 7168 lose 1-50 % and
+///   keep one CTA per row; other H are unmeasured and keep it too.
 /// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a
 ///   cluster, each on its own SM; fewer where that gives CTAs of whole warps) with one
 ///   vector per thread, so the rows together cover the SMs and no SM works through a
@@ -297,6 +305,8 @@ pub fn launch_shape(
     let vpb = (block / 8).max(1);
     let sms = sm_count.max(1) as usize;
     let latency = m <= sms;
+    // Each CTA must own whole groups of four scale blocks (one 32-bit swizzled store).
+    let fits = |c: usize| nv % c == 0 && (nv / c) % (4 * vpb) == 0;
     let (mut c, mut vectors_per_thread) = if latency {
         // Latency: enough CTAs per row that all rows together cover the SMs.
         ((sms / m.max(1)).clamp(1, 8), 1)
@@ -307,11 +317,21 @@ pub fn launch_shape(
     } else {
         (1, nv.div_ceil(512))
     };
+    if clusters && !latency {
+        // Many rows: the measured cluster splits, CTAs of two vectors per thread.
+        let split = match nv {
+            1024 => 2,
+            640 if m <= 64 * sms => 2,
+            2048 | 4096 if m <= 16 * sms => nv / 512,
+            _ => 1,
+        };
+        if split > 1 && fits(split) {
+            (c, vectors_per_thread) = (split, 2);
+        }
+    }
     if !clusters {
         c = 1;
     }
-    // Each CTA must own whole groups of four scale blocks (one 32-bit swizzled store).
-    let fits = |c: usize| nv % c == 0 && (nv / c) % (4 * vpb) == 0;
     while c > 1 && !fits(c) {
         c -= 1;
     }
@@ -594,10 +614,15 @@ mod tests {
             (1024, 65536, (64, 2, 1)),
             (2048, 32768, (128, 1, 1)),
             (4096, 16384, (256, 1, 1)),
+            (5120, 8192, (160, 1, 2)),
             (5120, 16384, (160, 1, 1)),
-            (8192, 8192, (256, 1, 1)),
+            (7168, 16384, (224, 1, 1)),
+            (8192, 8192, (256, 1, 2)),
+            (8192, 1024, (256, 1, 2)),
+            (16384, 1024, (256, 1, 4)),
             (16384, 4096, (512, 1, 1)),
-            (32768, 2048, (512, 1, 1)),
+            (32768, 2048, (256, 1, 8)),
+            (32768, 4096, (512, 1, 1)),
             (4096, 1, (64, 1, 8)),
             (8192, 16, (128, 1, 8)),
             (5120, 1, (128, 1, 5)),
@@ -607,8 +632,13 @@ mod tests {
         ] {
             assert_eq!(launch_shape(h, 16, m, SMS, true), want, "H={h} M={m}");
         }
-        // Without clusters (pre-Hopper) a row is never split.
+        // Without clusters (pre-Hopper) a row is never split, and many rows keep the
+        // single-CTA shape.
         assert_eq!(launch_shape(4096, 16, 1, SMS, false).2, 1);
+        assert_eq!(launch_shape(8192, 16, 8192, SMS, false), (256, 1, 1));
+        assert_eq!(launch_shape(32768, 32, 2048, SMS, false), (512, 1, 1));
+        // MXFP4's blocks split the same way.
+        assert_eq!(launch_shape(5120, 32, 4096, SMS, true), (160, 1, 2));
     }
 
     #[test]
