@@ -136,9 +136,12 @@ fn every_sweep_kernel_compiles_without_spills() {
             max_regs
         ));
     }
+    let version = nvrtc::version()
+        .map(|(major, minor)| format!("NVRTC {major}.{minor}"))
+        .unwrap_or_else(|e| format!("NVRTC version unknown ({e})"));
     let _ = writeln!(
         std::io::stderr().lock(),
-        "kernel compile check: {}",
+        "kernel compile check ({version}): {}",
         counts.join("; ")
     );
     assert!(

@@ -637,21 +637,30 @@ fp4norm_fused(const Fp4NormParams p) {
             asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
                          :: "r"(slot), "l"(__double_as_longlong(ss)), "r"(bar) : "memory");
         }
+        // A relaxed wait and a cluster acquire fence restricted to shared memory, rather
+        // than an acquiring wait: the PTX ISA's pattern for reading shared memory that
+        // peers filled through the mbarrier. Its sm_90 SASS has no L1 invalidate
+        // (CCTL.IVALL) after the wait (M = 16 x 8192: 2.07 -> 1.98 µs, 16 x 4096 / 7168
+        // 1-2 % faster, other small shapes within 1 %; BENCHMARKS.md, fifth session). Both
+        // are PTX ISA 8.6 (NVRTC 12.8+); older NVRTC keeps the acquiring wait.
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8)
+#define FP4_CLUSTER_WAIT_SEM "relaxed"
+#else
+#define FP4_CLUSTER_WAIT_SEM "acquire"
+#endif
         {
             const u32 bar = smem_addr(&cluster_bar);
             u32 done = 0;
             while (!done) {
                 asm volatile("{ .reg .pred p;\n\t"
-                             "mbarrier.try_wait.parity.relaxed.cluster.shared::cta.b64 p, [%1], 0;\n\t"
+                             "mbarrier.try_wait.parity." FP4_CLUSTER_WAIT_SEM ".cluster.shared::cta.b64 p, [%1], 0;\n\t"
                              "selp.u32 %0, 1, 0, p; }"
                              : "=r"(done) : "r"(bar) : "memory");
             }
         }
-        // A relaxed wait and this fence, rather than an acquiring wait: the PTX ISA's
-        // pattern for reading shared memory that peers filled through the mbarrier, and
-        // its sm_90 SASS has no L1 invalidate (CCTL.IVALL) after the wait (M = 16 x 8192:
-        // 2.07 -> 1.98 µs, other small shapes within 1 %; BENCHMARKS.md, fifth session).
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8)
         asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
+#endif
         ss = 0.0;
 #pragma unroll
         for (int r = 0; r < FP4_C; ++r) ss = __dadd_rn(ss, cluster_parts[r]);
