@@ -279,16 +279,16 @@ impl KernelConfig {
 ///   CTAs load the next row while finishing the current one lost 9-30 points at every H
 ///   from 1024 to 8192 once the CTAs were sized this way; it is gone.)
 /// * Many rows, split over a cluster (sm_90+) where the fifth session's grid measured a
-///   gain (BENCHMARKS.md, "Cluster splits for many rows"; every split keeps two vectors
-///   per thread): H = 8192 in two CTAs at every M (2-7 % faster; 16384 x 8192 at 94.1 %
-///   of copy in bf16), H = 5120 up to 64 rows per SM (2-12 %; at 16384 rows bf16 even,
-///   f16 1-2 % slower); H = 16384 and 32768 in four and
-///   eight CTAs of 256 threads up to 16 rows per SM (1024 x 32768: 69.0 -> 62.0 µs,
-///   1024 x 16384 33.2 -> 31.4 µs); beyond that they lose 1-3 % (the shorter last wave
-///   no longer pays for the split; persistent clusters looping over rows lost more).
-///   Split, H = 2048, 4096 and 7168 lose 1-50 % and
-///   keep one CTA per row; other H are unmeasured and keep it too. (Measured row-major;
-///   swizzled and both layouts at H = 8192 gain from the split as well: 0.97-1.01.)
+///   gain (BENCHMARKS.md, "This session's changes"; every split keeps two vectors per
+///   thread): H = 8192 in two CTAs at every M (bf16 2-7 % faster, 16384 x 8192 at 94.0 %
+///   of copy; f16 0.5-4.4 %), H = 5120 up to 64 rows per SM (1-12 %; at 16384 rows bf16
+///   even, f16 0.8 % slower), H = 16384 and 32768 in four and eight CTAs of 256 threads
+///   up to 16 rows per SM (1024 x 32768: 69.0 -> 62.0 µs, 1024 x 16384 33.2 -> 31.4 µs;
+///   at 4096 rows within 0.6 % either way, at 8192+ 1-3 % slower). Split, H = 2048 and
+///   4096 lose 2-50 %, H = 7168 3 % (except 0.6 % faster at 4096 rows): one CTA per row.
+///   Other H are unmeasured and keep it too; 133-1023 rows are unmeasured and take the
+///   splits by extension. Persistent clusters looping over rows lost more. Swizzled and both
+///   layouts at H = 8192: split / one CTA 0.97-1.01, so they split too.
 /// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a
 ///   cluster, each on its own SM; fewer where that gives CTAs of whole warps) with one
 ///   vector per thread, so the rows together cover the SMs and no SM works through a
@@ -633,6 +633,13 @@ mod tests {
         ] {
             assert_eq!(launch_shape(h, 16, m, SMS, true), want, "H={h} M={m}");
         }
+        // The limits of the many-row splits (132 SMs): 64 rows per SM at H = 5120, 16 at
+        // H = 16384 / 32768; just above the SM count the splits already apply.
+        assert_eq!(launch_shape(5120, 16, 8448, SMS, true), (160, 1, 2));
+        assert_eq!(launch_shape(5120, 16, 8449, SMS, true), (160, 1, 1));
+        assert_eq!(launch_shape(16384, 16, 2112, SMS, true), (256, 1, 4));
+        assert_eq!(launch_shape(16384, 16, 2113, SMS, true), (512, 1, 1));
+        assert_eq!(launch_shape(32768, 16, 133, SMS, true), (256, 1, 8));
         // Without clusters (pre-Hopper) a row is never split, and many rows keep the
         // single-CTA shape.
         assert_eq!(launch_shape(4096, 16, 1, SMS, false).2, 1);

@@ -207,7 +207,7 @@ pub fn sweep(dtype: DType) -> Vec<Case> {
 
 /// Specific edge cases: misaligned pointers, very long rows, zero/NaN/Inf rows, eps 0,
 /// swizzle padding in both directions. `FP4NORM_GPU_SWEEP=small` (compute-sanitizer
-/// runs) leaves out the cases of more than 2^24 elements (8200+ rows).
+/// runs) leaves out the cases of more than 2^25 elements (8200 x 5120).
 pub fn edge_cases() -> Vec<Case> {
     let mut out = Vec::new();
     for dtype in [DType::BF16, DType::F16] {
@@ -264,13 +264,20 @@ pub fn edge_cases() -> Vec<Case> {
                 c7.sw_offset = 1;
                 out.push(c7);
             }
-            // Many rows split over a two-CTA cluster (H = 5120, every M) with both scale
-            // layouts: the split swizzled write (8192+ rows of 16-element blocks) or the
-            // direct one, fed by clustered CTAs; a row count past 16 per SM.
+            // Many rows split over a two-CTA cluster (H = 5120 up to 64 rows per SM, on a
+            // GPU of 129+ SMs) with both scale layouts: the split swizzled write (8192+ rows
+            // of 16-element blocks) or the direct one, fed by clustered CTAs.
             let mut c8 = Case::new(dtype, 8200, 5120, format, ScaleLayout::Both);
             c8.special_rows = true;
             c8.per_row_gs = i % 2 == 1;
             out.push(c8);
+            // The same split at a size the sanitizer runs (H = 8192: two CTAs per row for
+            // any row count above the SM count), a strided view and no residual.
+            let mut c9 = Case::new(dtype, 300, 8192, format, LAYOUTS[i % 3]);
+            c9.special_rows = true;
+            c9.residual = i % 2 == 0;
+            c9.x_pad = 8;
+            out.push(c9);
             // A global scale so small that gs / d rounds to 0 next to ±Inf values:
             // Inf · 0 = NaN products, which must encode as 0x7.
             let mut c4 = Case::new(dtype, 33, 128, format, ScaleLayout::Both);
@@ -281,7 +288,7 @@ pub fn edge_cases() -> Vec<Case> {
         }
     }
     if small() {
-        out.retain(|c| c.m * c.h <= 1 << 24);
+        out.retain(|c| c.m * c.h <= 1 << 25);
     }
     out
 }
