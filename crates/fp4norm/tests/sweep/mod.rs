@@ -272,7 +272,7 @@ pub fn edge_cases() -> Vec<Case> {
             c8.per_row_gs = i % 2 == 1;
             out.push(c8);
             // The same split at a size the sanitizer runs (H = 8192: two CTAs per row for
-            // any row count above the SM count), a strided view and no residual.
+            // any row count above the SM count), a strided view, with and without residual.
             let mut c9 = Case::new(dtype, 300, 8192, format, LAYOUTS[i % 3]);
             c9.special_rows = true;
             c9.residual = i % 2 == 0;

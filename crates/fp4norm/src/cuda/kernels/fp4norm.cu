@@ -644,8 +644,10 @@ fp4norm_fused(const Fp4NormParams p) {
         // 1-2 % faster, other small shapes within 1 %; BENCHMARKS.md, fifth session). Both
         // are PTX ISA 8.6 (NVRTC 12.8+); older NVRTC keeps the acquiring wait.
 #if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8)
+#define FP4_RELAXED_CLUSTER_WAIT 1
 #define FP4_CLUSTER_WAIT_SEM "relaxed"
 #else
+#define FP4_RELAXED_CLUSTER_WAIT 0
 #define FP4_CLUSTER_WAIT_SEM "acquire"
 #endif
         {
@@ -658,7 +660,7 @@ fp4norm_fused(const Fp4NormParams p) {
                              : "=r"(done) : "r"(bar) : "memory");
             }
         }
-#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8)
+#if FP4_RELAXED_CLUSTER_WAIT
         asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
 #endif
         ss = 0.0;
