@@ -71,7 +71,9 @@ pub struct CodecSelfCheck {
     pub e2m1_mismatches: u64,
     /// First input of the lowest such group.
     pub e2m1_first: Option<u32>,
-    /// Inputs whose fast E4M3 code differs from the literal encoder's.
+    /// Inputs whose fast E4M3 code differs from the literal encoder's, or whose block
+    /// scale code (the division by 6 without a division routine, then the fast encoder)
+    /// differs from `E4M3(RN32(x / 6))`.
     pub e4m3_encode_mismatches: u64,
     /// The lowest such input.
     pub e4m3_encode_first: Option<u32>,
@@ -79,6 +81,12 @@ pub struct CodecSelfCheck {
     pub e4m3_decode_mismatches: u64,
     /// The lowest such code.
     pub e4m3_decode_first: Option<u32>,
+    /// Block maxima (every f32 from +0 up, and NaN) whose UE8M0 scale code, computed
+    /// without a division, differs from the literal `RN32(amax / 6)` rounded up to a power
+    /// of two.
+    pub ue8m0_code_mismatches: u64,
+    /// The lowest such input.
+    pub ue8m0_code_first: Option<u32>,
 }
 
 impl CodecSelfCheck {
@@ -88,6 +96,7 @@ impl CodecSelfCheck {
             && self.e2m1_mismatches == 0
             && self.e4m3_encode_mismatches == 0
             && self.e4m3_decode_mismatches == 0
+            && self.ue8m0_code_mismatches == 0
     }
 }
 
@@ -312,8 +321,9 @@ impl Gpu {
         raw::launch_copy(self, stream, src, dst, bytes)
     }
 
-    /// Runs the fused kernel's fast codec paths (the FPU-rounding E2M1 encoder and the
-    /// hardware E4M3 conversions) against the literal SPEC.md encoders on every f32 input
+    /// Runs the fused kernel's fast codec paths (the FPU-rounding E2M1 encoder, the
+    /// hardware E4M3 conversions, and the block scales' division by 6 and UE8M0 code
+    /// without division routines) against the literal SPEC.md encoders on every f32 input
     /// and every E4M3 code, on this device; synchronises `stream`. A check for tests and
     /// `fp4norm verify`, not for inference. Takes a few milliseconds.
     pub fn codec_self_check(&self, stream: &Arc<CudaStream>) -> Result<CodecSelfCheck, Error> {
@@ -328,6 +338,8 @@ impl Gpu {
             e4m3_encode_first: first(r[3]),
             e4m3_decode_mismatches: r[4] as u64,
             e4m3_decode_first: first(r[5]),
+            ue8m0_code_mismatches: r[7] as u64,
+            ue8m0_code_first: first(r[8]),
         })
     }
 

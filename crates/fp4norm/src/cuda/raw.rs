@@ -701,13 +701,13 @@ pub(crate) unsafe fn launch_dequant(
 pub(crate) fn run_codec_check(
     gpu: &Gpu,
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
-) -> Result<[u32; 7], Error> {
+) -> Result<[u32; 9], Error> {
     let f = gpu.kernels.get(
         &gpu.ctx,
         &gpu.arch,
         &KernelConfig::shapeless(KernelKind::CodecCheck),
     )?;
-    let init: [u32; 7] = [0, u32::MAX, 0, u32::MAX, 0, u32::MAX, 0];
+    let init: [u32; 9] = [0, u32::MAX, 0, u32::MAX, 0, u32::MAX, 0, 0, u32::MAX];
     let result = stream
         .clone_htod(&init)
         .map_err(super::driver_err("uploading the self-check counters"))?;
@@ -717,7 +717,7 @@ pub(crate) fn run_codec_check(
     };
     let mut args = [&mut ptr as *mut u64 as *mut c_void];
     // SAFETY: one argument matching fp4norm_codec_check's signature, a live allocation of
-    // seven u32 on this device.
+    // nine u32 on this device.
     unsafe {
         launch(
             gpu,

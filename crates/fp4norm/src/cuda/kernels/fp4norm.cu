@@ -62,6 +62,15 @@ typedef long long i64;
 // reduction; with more, registers are worth more than that latency.
 #define PREFETCH_W (HOLD_IN_REGS && VPT <= 2)
 
+// An even number of vectors per thread, blocks of two or more vectors: lanes l and l ^ 1
+// hold the same blocks, so for each pair of vectors (k, k + 1) each lane computes one of
+// the two block scales and they swap (pass 2): half the scale chains, for two shuffles per
+// pair. Measured on the H200 (BENCHMARKS.md, sixth session), with the division-free block
+// codes: 128 x 8192 3.41 -> 3.29 us (NVFP4), 3.45 -> 3.28 (MXFP4), 1024 x 4096 7.46 -> 7.33
+// / 7.54 -> 7.30; then for four vectors per thread 128 x 16384 5.47 -> 5.06 / 5.39 -> 4.92,
+// 4096 x 7168 -1.2 %; large M unchanged (memory-bound).
+#define SHARED_SCALE (VPT % 2 == 0 && VPB >= 2)
+
 // With several warps per row and no cluster, one warp computes the row's rstd for all.
 #define RSTD_BY_ONE_WARP (WARPS_PER_ROW > 1 && FP4_C == 1)
 
@@ -440,6 +449,50 @@ __device__ __forceinline__ float rstd_of(double ss, float eps) {
     return __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(mean)));
 }
 
+// The UE8M0 code of a block, ue8m0_ceil_code(RN32(amax / 6)), without the division: for
+// amax = M 2^E (M in [1, 2)), amax / 6 = (M / 1.5) 2^(E - 2), whose rounded value is a power
+// of two only when M = 1.5 and otherwise lies in the binade below 2^(E - 1 + [M > 1.5]), so
+// the code is E + 127 - 2 + [M > 1.5]. One exception: in the subnormal range the quotient
+// of M = 1.5 + 2^-23 at E = -125 rounds down to 2^-127 (code 0), hence the threshold one
+// higher there. amax is +0 or more, or NaN (a maximum of absolute values). Checked against
+// ue8m0_ceil_code(__fdiv_rn(amax, 6)) on every such f32 by the codec self-check kernel.
+__device__ __forceinline__ u32 ue8m0_code_of_amax(float amax) {
+    const u32 b = __float_as_uint(amax) & 0x7FFFFFFFu;
+    if (b >= 0x7F800000u) return b == 0x7F800000u ? 254u : 255u;
+    const u32 e = b >> 23;
+    const int c = (int)e - 2 + (int)((b & 0x7FFFFFu) > 0x400000u + (e == 2u ? 1u : 0u));
+    return (u32)max(c, 0);
+}
+
+// E4M3(RN32(x / 6)) without the division routine (FCHK, a branch to a slow path): with
+// c = RN32(1/6), q = RN32(a c) is within an ulp of a / 6 and r = a - 6 q is exact, so
+// RN32(q + r c) is RN32(a / 6) wherever nothing underflows; below that (|x| < 2^-125) the
+// quotient differs in its last bits but every E4M3 code is the same (0). |x| is clamped
+// to 2^30 first (every |x| from 2688 up saturates to 448; Inf - Inf would give NaN) and
+// the sign put back (-0 / 6 = -0: code 0x80). Checked on all 2^32 inputs against
+// E4M3(__fdiv_rn(x, 6)) by the codec self-check kernel (FP4_KIND 3).
+__device__ __forceinline__ float div6_for_e4m3(float x) {
+    float a;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(a) : "f"(fabsf(x)), "f"(1073741824.0f));
+    const float c = 0.16666667163372039795f;  // RN32(1/6)
+    const float q = __fmul_rn(a, c);
+    const float r = __fmaf_rn(-q, 6.0f, a);
+    const float s = __fmaf_rn(r, c, q);
+    return __uint_as_float(__float_as_uint(s) | (__float_as_uint(x) & 0x80000000u));
+}
+
+// A block's scale code and the inverse scale its values are multiplied by (SPEC.md §1.6).
+__device__ __forceinline__ void block_scale(float amax, float gs, u32& code, float& inv) {
+#if FP4_UE8M0
+    code = ue8m0_code_of_amax(amax);
+    inv = ue8m0_inverse(code);
+#else
+    code = e4m3_encode_fast(div6_for_e4m3(__fmul_rn(gs, amax)));
+    const float d = e4m3_decode_fast(code);
+    inv = (d == 0.0f) ? 0.0f : __fdiv_rn(gs, d);
+#endif
+}
+
 __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
@@ -460,6 +513,68 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return a;
 }
 #endif
+
+// Pass 2 of one 8-element vector, part 1: y = RN32(RN32(h rstd) w) (and y_out), and the
+// maximum of |y| over the vector's scale block (the block's VPB lanes combine theirs by
+// shuffles, so every lane of the warp must call this). Lanes past the row get y = 0.
+__device__ __forceinline__ void normalise_vector(const Fp4NormParams& p, i64 row, int v, bool in_row, uint4 h,
+                                                 uint4 w, float rstd, float (&y)[8], float& amax) {
+    amax = 0.0f;
+    if (in_row) {
+        float hf[8], wf[8];
+        unpack8(h, hf);
+        unpack8(w, wf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            y[i] = __fmul_rn(__fmul_rn(hf[i], rstd), wf[i]);
+            amax = fmax_nan(amax, fabsf(y[i]));
+        }
+#if FP4_Y_OUT
+        uint4 yo;
+        yo.x = f32x2_to_elem(y[0], y[1]);
+        yo.y = f32x2_to_elem(y[2], y[3]);
+        yo.z = f32x2_to_elem(y[4], y[5]);
+        yo.w = f32x2_to_elem(y[6], y[7]);
+        store_vec(p.y_out + row * p.y_stride + v * 8, yo);
+#endif
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) y[i] = 0.0f;
+    }
+#pragma unroll
+    for (int o = 1; o < VPB; o <<= 1) amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+}
+
+// Pass 2 of one vector, part 2: its E2M1 codes and, from the block's first lane, the block's
+// scale code(s). Every lane of the warp calls it (the swizzled word is gathered by shuffles).
+__device__ __forceinline__ void emit_vector(const Fp4NormParams& p, i64 row, int v, bool in_row, const float (&y)[8],
+                                            float amax, u32 code, float inv) {
+#if FP4_SWIZZLED && !FP4_SWZ_SPLIT
+    // Four consecutive blocks are four consecutive swizzled bytes: the lanes holding them
+    // (VPB apart, in one warp) hand their codes to the first, which writes one 32-bit word.
+    // Lanes past the row give 0: the column padding.
+    u32 word = in_row ? code : 0u;
+    const u32 c1 = __shfl_down_sync(0xFFFFFFFFu, word, VPB);
+    const u32 c2 = __shfl_down_sync(0xFFFFFFFFu, word, 2 * VPB);
+    const u32 c3 = __shfl_down_sync(0xFFFFFFFFu, word, 3 * VPB);
+    word |= (c1 << 8) | (c2 << 16) | (c3 << 24);
+#endif
+    if (!in_row) return;
+    store_q(p.q + row * (FP4_H / 2) + v * 4, e2m1_pack8(y, inv, amax));
+    if (v % VPB == 0) {
+        const int b = v / VPB;
+#if FP4_ROW_MAJOR && FP4_SWIZZLED && FP4_SWZ_SPLIT
+        store_u8_keep_in_l2(p.sf_row_major + row * NB + b, code);  // the pass reads it
+#elif FP4_ROW_MAJOR
+        p.sf_row_major[row * NB + b] = (u8)code;
+#endif
+#if FP4_SWIZZLED && FP4_SWZ_SPLIT && !FP4_ROW_MAJOR
+        store_u8_keep_in_l2(p.sf_swizzled + swizzle_stage_offset(row, b), code);
+#elif FP4_SWIZZLED && !FP4_SWZ_SPLIT
+        if (b % 4 == 0) store_sf4(p.sf_swizzled + swizzled_offset(row, b), word);
+#endif
+    }
+}
 
 // h = RNdt(x + r) (written back to r) for vector v; adds its squares to ss.
 __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, int v, uint4 x, uint4 r, double& ss) {
@@ -678,79 +793,73 @@ fp4norm_fused(const Fp4NormParams p) {
             const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
 #endif
 
-            // Pass 2: y, block scales, E2M1 codes.
+#if HOLD_IN_REGS
+#define PASS2_H(k, v) hv[k]
+#else
+#define PASS2_H(k, v) load_vec(hrow + (v) * 8)
+#endif
+#if PREFETCH_W
+#define PASS2_W(k, v) wv[k]
+#else
+#define PASS2_W(k, v) load_weight(p.w + (v) * 8)
+#endif
+            // Pass 2: y, block scales, E2M1 codes. With SHARED_SCALE, the y and block maxima
+            // of both vectors come first, then each lane computes one of its pair's two
+            // block scales; otherwise vector by vector (y of one vector live at a time).
+#if SHARED_SCALE
+#pragma unroll
+            for (int k0 = 0; k0 < VPT; k0 += 2) {
+                float y[2][8], amax[2];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int k = k0 + j;
+                    const int v = v0 + lane + k * FP4_G;
+                    const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
+                    uint4 h = make_uint4(0, 0, 0, 0), w = h;
+                    if (in_row) {
+                        h = PASS2_H(k, v);
+                        w = PASS2_W(k, v);
+                    }
+                    normalise_vector(p, row, v, in_row, h, w, rstd, y[j], amax[j]);
+                }
+                u32 code[2];
+                float inv[2];
+                {
+                    // Lanes l and l ^ 1 hold the same two blocks (vectors k0 and k0 + 1):
+                    // each computes one block's scale and they swap the results.
+                    const bool odd = (lane & 1) != 0;
+                    u32 mine_code;
+                    float mine_inv;
+                    block_scale(odd ? amax[1] : amax[0], gs, mine_code, mine_inv);
+                    const u32 other_code = __shfl_xor_sync(0xFFFFFFFFu, mine_code, 1);
+                    const float other_inv = __shfl_xor_sync(0xFFFFFFFFu, mine_inv, 1);
+                    code[0] = odd ? other_code : mine_code;
+                    code[1] = odd ? mine_code : other_code;
+                    inv[0] = odd ? other_inv : mine_inv;
+                    inv[1] = odd ? mine_inv : other_inv;
+                }
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+                    emit_vector(p, row, v0 + lane + (k0 + j) * FP4_G, lane + (k0 + j) * FP4_G < NVC, y[j], amax[j], code[j], inv[j]);
+            }
+#else
 #pragma unroll
             for (int k = 0; k < VPT; ++k) {
                 const int v = v0 + lane + k * FP4_G;
                 const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
-                float y[8];
-                float amax = 0.0f;
+                uint4 h = make_uint4(0, 0, 0, 0), w = h;
                 if (in_row) {
-#if HOLD_IN_REGS
-                    const uint4 h = hv[k];
-#else
-                    const uint4 h = load_vec(hrow + v * 8);
-#endif
-                    float hf[8], wf[8];
-                    unpack8(h, hf);
-#if PREFETCH_W
-                    unpack8(wv[k], wf);
-#else
-                    unpack8(load_weight(p.w + v * 8), wf);
-#endif
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        y[i] = __fmul_rn(__fmul_rn(hf[i], rstd), wf[i]);
-                        amax = fmax_nan(amax, fabsf(y[i]));
-                    }
-#if FP4_Y_OUT
-                    uint4 yo;
-                    yo.x = f32x2_to_elem(y[0], y[1]);
-                    yo.y = f32x2_to_elem(y[2], y[3]);
-                    yo.z = f32x2_to_elem(y[4], y[5]);
-                    yo.w = f32x2_to_elem(y[6], y[7]);
-                    store_vec(p.y_out + row * p.y_stride + v * 8, yo);
-#endif
-                } else {
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) y[i] = 0.0f;
+                    h = PASS2_H(k, v);
+                    w = PASS2_W(k, v);
                 }
-#pragma unroll
-                for (int o = 1; o < VPB; o <<= 1) amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-#if FP4_UE8M0
-                const u32 code = ue8m0_ceil_code(__fdiv_rn(amax, 6.0f));
-                const float inv = ue8m0_inverse(code);
-#else
-                const u32 code = e4m3_encode_fast(__fdiv_rn(__fmul_rn(gs, amax), 6.0f));
-                const float d = e4m3_decode_fast(code);
-                const float inv = (d == 0.0f) ? 0.0f : __fdiv_rn(gs, d);
-#endif
-#if FP4_SWIZZLED && !FP4_SWZ_SPLIT
-                // Four consecutive blocks are four consecutive swizzled bytes: the lanes
-                // holding them (VPB apart, in one warp) hand their codes to the first, which
-                // writes one 32-bit word. Lanes past the row give 0: the column padding.
-                u32 word = in_row ? code : 0u;
-                const u32 c1 = __shfl_down_sync(0xFFFFFFFFu, word, VPB);
-                const u32 c2 = __shfl_down_sync(0xFFFFFFFFu, word, 2 * VPB);
-                const u32 c3 = __shfl_down_sync(0xFFFFFFFFu, word, 3 * VPB);
-                word |= (c1 << 8) | (c2 << 16) | (c3 << 24);
-#endif
-                if (!in_row) continue;
-                store_q(p.q + row * (FP4_H / 2) + v * 4, e2m1_pack8(y, inv, amax));
-                if (v % VPB == 0) {
-                    const int b = v / VPB;
-#if FP4_ROW_MAJOR && FP4_SWIZZLED && FP4_SWZ_SPLIT
-                    store_u8_keep_in_l2(p.sf_row_major + row * NB + b, code);  // the pass reads it
-#elif FP4_ROW_MAJOR
-                    p.sf_row_major[row * NB + b] = (u8)code;
-#endif
-#if FP4_SWIZZLED && FP4_SWZ_SPLIT && !FP4_ROW_MAJOR
-                    store_u8_keep_in_l2(p.sf_swizzled + swizzle_stage_offset(row, b), code);
-#elif FP4_SWIZZLED && !FP4_SWZ_SPLIT
-                    if (b % 4 == 0) store_sf4(p.sf_swizzled + swizzled_offset(row, b), word);
-#endif
-                }
+                float y[8], amax;
+                normalise_vector(p, row, v, in_row, h, w, rstd, y, amax);
+                u32 code;
+                float inv;
+                block_scale(amax, gs, code, inv);
+                emit_vector(p, row, v, in_row, y, amax, code, inv);
             }
+#endif
         }
 #if FP4_SWIZZLED && !FP4_SWZ_SPLIT
         else if (row < p.rows_total && v0 == 0) {
@@ -857,9 +966,13 @@ extern "C" __global__ void __launch_bounds__(512) fp4norm_copy(const uint4* __re
 // SPEC.md §2 line by line (and checked against the CPU reference by the GPU tests);
 // this proves the fast ones equal them everywhere, not just on the data the tests draw.
 // result: [0] E2M1 mismatches (groups of eight, as drawn and with mixed signs), [1] lowest
-// mismatching group's first input, [2] E4M3 encode mismatches,
-// [3] lowest mismatching input, [4] E4M3 decode mismatches, [5] lowest mismatching code,
-// [6] inputs checked / 8. The host zeroes [0], [2], [4], [6] and sets [1], [3], [5] to ~0.
+// mismatching group's first input, [2] E4M3 encode mismatches (e4m3_encode_fast(x) against
+// e4m3_encode(x), and the block scale's e4m3_encode_fast(div6_for_e4m3(x)) against
+// e4m3_encode(__fdiv_rn(x, 6))), [3] lowest mismatching input, [4] E4M3 decode mismatches, [5] lowest mismatching code,
+// [6] inputs checked / 8, [7] UE8M0 block-code mismatches (ue8m0_code_of_amax against
+// ue8m0_ceil_code(__fdiv_rn(x, 6)), on every x >= +0 and NaN: what a block maximum can be),
+// [8] lowest mismatching input. The host zeroes [0], [2], [4], [6], [7] and sets [1], [3],
+// [5], [8] to ~0.
 #if FP4_KIND == 3
 extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* result) {
 #if __CUDA_ARCH__ >= 900
@@ -877,9 +990,14 @@ extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* resul
             const u32 bits = (u32)(base + i);
             const float v = __uint_as_float(bits);
             // E4M3, NaN included.
-            if (e4m3_encode_fast(v) != e4m3_encode(v)) {
+            if (e4m3_encode_fast(v) != e4m3_encode(v)
+                || e4m3_encode_fast(div6_for_e4m3(v)) != e4m3_encode(__fdiv_rn(v, 6.0f))) {
                 atomicAdd(&result[2], 1u);
                 atomicMin(&result[3], bits);
+            }
+            if (((bits >> 31) == 0 || v != v) && ue8m0_code_of_amax(v) != ue8m0_ceil_code(__fdiv_rn(v, 6.0f))) {
+                atomicAdd(&result[7], 1u);
+                atomicMin(&result[8], bits);
             }
             // E2M1: the fast encoder is only used on values that are not NaN (NaN lanes
             // of a group are checked as +0 instead).
