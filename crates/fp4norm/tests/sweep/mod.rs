@@ -278,6 +278,15 @@ pub fn edge_cases() -> Vec<Case> {
             c9.residual = i % 2 == 0;
             c9.x_pad = 8;
             out.push(c9);
+            // Pass 2's shared block scales (lanes l and l ^ 1 swap them) with two rows per
+            // CTA (H = 1024: 64 threads x 2 rows, two vectors per thread), and with six
+            // vectors per thread re-read from L2 (H = 24576: one CTA of 512 per row).
+            for (m, h) in [(300usize, 1024usize), (200, 24576)] {
+                let mut c10 = Case::new(dtype, m, h, format, LAYOUTS[(i + 1) % 3]);
+                c10.special_rows = true;
+                c10.per_row_gs = i % 2 == 0;
+                out.push(c10);
+            }
             // A global scale so small that gs / d rounds to 0 next to ±Inf values:
             // Inf · 0 = NaN products, which must encode as 0x7.
             let mut c4 = Case::new(dtype, 33, 128, format, ScaleLayout::Both);
