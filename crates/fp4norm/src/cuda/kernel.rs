@@ -294,7 +294,11 @@ impl KernelConfig {
 ///   vector per thread, so the rows together cover the SMs and no SM works through a
 ///   whole row alone; but at most 512 threads per CTA,
 ///   with more vectors per thread beyond that (a row of 8192 on one CTA: 3.8 µs at 512
-///   threads, 4.1 µs at 1024, M = 128).
+///   threads, 4.1 µs at 1024, M = 128; 3.32 against 3.31 µs in the seventh session) —
+///   except a row of 2048 vectors or more on one CTA, which takes 1024 threads (seventh
+///   session, 3 rounds, NVFP4 graph µs, 512 -> 1024 threads: 128 x 16384 5.04 -> 4.85,
+///   100 x 16384 4.98 -> 4.75, 132 x 16384 5.11 -> 4.87, 128 x 32768 8.55 -> 8.32; a row
+///   split over two CTAs keeps 512: 64 x 32768 5.33 against 5.64 µs at 1024).
 pub fn launch_shape(
     h: usize,
     block: usize,
@@ -350,7 +354,8 @@ pub fn launch_shape(
     }
     let nvc = nv / c;
     if latency {
-        vectors_per_thread = nvc.div_ceil(512);
+        let max_threads = if c == 1 && nvc >= 2048 { 1024 } else { 512 };
+        vectors_per_thread = nvc.div_ceil(max_threads);
     }
     let g = (nvc.div_ceil(vectors_per_thread).div_ceil(32).clamp(1, 32) * 32) as u32;
     let r = if c > 1 { 1 } else { (128 / g).max(1) };
@@ -630,6 +635,9 @@ mod tests {
             (7168, 16, (128, 1, 7)),
             (2816, 1, (96, 1, 4)), // whole warps only at 1 CTA: the ragged 4 stay
             (8192, 128, (512, 1, 1)),
+            (16384, 128, (1024, 1, 1)), // one CTA, 2048 vectors: 1024 threads
+            (32768, 100, (1024, 1, 1)),
+            (32768, 64, (512, 1, 2)), // split rows keep 512-thread CTAs
         ] {
             assert_eq!(launch_shape(h, 16, m, SMS, true), want, "H={h} M={m}");
         }
