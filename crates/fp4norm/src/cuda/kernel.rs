@@ -294,7 +294,7 @@ impl KernelConfig {
 ///   vector per thread, so the rows together cover the SMs and no SM works through a
 ///   whole row alone; but at most 512 threads per CTA,
 ///   with more vectors per thread beyond that (a row of 8192 on one CTA: 3.8 µs at 512
-///   threads, 4.1 µs at 1024, M = 128; 3.32 against 3.31 µs in the seventh session) —
+///   threads, 4.1 µs at 1024, M = 128; even in the seventh session: 3.32 at 512, 3.31 at 1024) —
 ///   except a row of 2048 vectors or more on one CTA, which takes 1024 threads (seventh
 ///   session, 3 rounds, NVFP4 graph µs, 512 -> 1024 threads: 128 x 16384 5.04 -> 4.85,
 ///   100 x 16384 4.98 -> 4.75, 132 x 16384 5.11 -> 4.87, 128 x 32768 8.55 -> 8.32; a row
