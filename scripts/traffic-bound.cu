@@ -7,6 +7,8 @@
 // runs a few % below `fp4norm bench`'s (four loads in flight per thread); BENCHMARKS.md
 // compares both programs against fp4norm's copy measured in the same device call.
 // `traffic-bound curve`: bandwidth of row+barrier against d rounds of the pass-2 stand-in.
+// `traffic-bound occupancy`: the same with 4-6 resident CTAs per SM (16384 x 4096); k = 60 is
+// six CTAs with as much dynamic shared memory per SM as the capped runs (the L1 split alike).
 // The seventh session's device call 5 ran this program; call 4 an earlier state (the same
 // kernels with the stand-in's rounds fixed at compile time, no `curve`, a copy of 16 CTAs of
 // 256 threads per SM), call 3 a first draft (benchmarks/2026-11-30-h200-s7/README.md).
@@ -263,6 +265,34 @@ int main(int argc, char** argv) {
                        100.0 * bytes / (t * 1e3) / copy_gbs);
             }
             CK(cudaFree(x)); CK(cudaFree(r)); CK(cudaFree(w)); CK(cudaFree(q)); CK(cudaFree(sf));
+        }
+        return 0;
+    }
+    if (argc > 1 && std::string(argv[1]) == "occupancy") {
+        // row+barrier with resident CTAs per SM capped by unused dynamic shared memory
+        // (fp4norm's 256-thread kernels hold five at 47-48 registers; this one six at 40).
+        printf("row+barrier+busy(d) with k resident CTAs per SM: k, d, us, GB/s, %% of the copy reference\n");
+        const long m = 16384, hh = 4096;
+        const int nv = (int)(hh / 8), threads = nv / 2;
+        const size_t n = (size_t)m * hh;
+        uint4 *x, *r, *w;
+        u32* q;
+        unsigned char* sf;
+        CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&r, n * 2)); CK(cudaMalloc(&w, hh * 2));
+        CK(cudaMalloc(&q, n / 2)); CK(cudaMalloc(&sf, n / 16));
+        CK(cudaMemset(x, 0x11, n * 2)); CK(cudaMemset(r, 0x22, n * 2)); CK(cudaMemset(w, 0x33, hh * 2));
+        const double bytes = n * 3.0 * 2 + hh * 2.0 + n / 2.0 + n / 16.0;
+        auto kern = traffic_row<2, true>;
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+        // k = 60: six CTAs with dynamic shared memory too (the L1 / shared split as for k <= 5).
+        for (int k : {4, 5, 6, 60}) {
+            int smem = k == 6 ? 0 : (228 * 1024) / (k == 60 ? 6 : k) - 2048, got = 0;
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, kern, threads, smem));
+            for (int d : {0, 16}) {
+                const double t = time_graph(s, [&] { kern<<<m, threads, smem, s>>>(x, r, w, q, sf, nv, d); });
+                printf("%6ld %6ld k=%d (occupancy API: %d) d=%2d %8.2f us %6.0f GB/s %5.1f%%\n", m, hh, k, got, d, t,
+                       bytes / (t * 1e3), 100.0 * bytes / (t * 1e3) / copy_gbs);
+            }
         }
         return 0;
     }

@@ -267,6 +267,19 @@ impl KernelConfig {
     }
 }
 
+/// `FP4NORM_SMEM_CARVEOUT=P` (a measurement knob): the preferred share of the unified L1 /
+/// shared memory given to shared memory, in percent, set on every kernel as it is loaded
+/// (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`); unset, the driver chooses.
+fn smem_carveout_knob() -> Option<i32> {
+    static KNOB: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+    *KNOB.get_or_init(|| {
+        let v: i32 = std::env::var("FP4NORM_SMEM_CARVEOUT").ok()?.parse().ok()?;
+        let v = (0..=100).contains(&v).then_some(v)?;
+        eprintln!("fp4norm: FP4NORM_SMEM_CARVEOUT={v} (a measurement knob): {v} % of L1 / shared memory preferred as shared");
+        Some(v)
+    })
+}
+
 /// Threads per row, rows per CTA and CTAs per row for `m` rows of `h`
 /// elements in blocks of `block`. Each thread handles 8-element (16-byte) vectors.
 ///
@@ -566,9 +579,18 @@ impl KernelCache {
             let module = ctx
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(|e| format!("loading {}: {e}", cfg.describe()))?;
-            module
+            let f = module
                 .load_function(cfg.function_name())
-                .map_err(|e| format!("{}: {e}", cfg.function_name()))
+                .map_err(|e| format!("{}: {e}", cfg.function_name()))?;
+            if let Some(percent) = smem_carveout_knob() {
+                use cudarc::driver::sys::CUfunction_attribute_enum as A;
+                f.set_attribute(
+                    A::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                    percent,
+                )
+                .map_err(|e| format!("{}: shared memory carveout: {e}", cfg.function_name()))?;
+            }
+            Ok(f)
         })
         .clone()
         .map_err(|log| Error::Compile {
