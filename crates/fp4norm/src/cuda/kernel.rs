@@ -268,15 +268,26 @@ impl KernelConfig {
 }
 
 /// `FP4NORM_SMEM_CARVEOUT=P` (a measurement knob): the preferred share of the unified L1 /
-/// shared memory given to shared memory, in percent, set on every kernel as it is loaded
-/// (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`); unset, the driver chooses.
+/// shared memory given to shared memory, in percent (0-100), set on every kernel but the
+/// benchmarks' copy yardstick as it is loaded
+/// (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`); unset, the driver chooses. Any
+/// other value is ignored, and says so.
 fn smem_carveout_knob() -> Option<i32> {
     static KNOB: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *KNOB.get_or_init(|| {
-        let v: i32 = std::env::var("FP4NORM_SMEM_CARVEOUT").ok()?.parse().ok()?;
-        let v = (0..=100).contains(&v).then_some(v)?;
-        eprintln!("fp4norm: FP4NORM_SMEM_CARVEOUT={v} (a measurement knob): {v} % of L1 / shared memory preferred as shared");
-        Some(v)
+        let raw = std::env::var("FP4NORM_SMEM_CARVEOUT").ok()?;
+        match raw.trim().parse::<i32>() {
+            Ok(v) if (0..=100).contains(&v) => {
+                eprintln!(
+                    "fp4norm: FP4NORM_SMEM_CARVEOUT={v} (a measurement knob): {v} % of L1 / shared memory preferred as shared"
+                );
+                Some(v)
+            }
+            _ => {
+                eprintln!("fp4norm: FP4NORM_SMEM_CARVEOUT={raw:?} is not a percentage 0-100; ignored");
+                None
+            }
+        }
     })
 }
 
@@ -582,7 +593,8 @@ impl KernelCache {
             let f = module
                 .load_function(cfg.function_name())
                 .map_err(|e| format!("{}: {e}", cfg.function_name()))?;
-            if let Some(percent) = smem_carveout_knob() {
+            // The copy kernel is the bandwidth yardstick: the knob leaves it alone.
+            if let Some(percent) = smem_carveout_knob().filter(|_| cfg.kind != KernelKind::Copy) {
                 use cudarc::driver::sys::CUfunction_attribute_enum as A;
                 f.set_attribute(
                     A::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
