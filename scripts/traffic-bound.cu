@@ -9,6 +9,8 @@
 // `traffic-bound curve`: bandwidth of row+barrier against d rounds of the pass-2 stand-in.
 // `traffic-bound occupancy`: the same with 4-6 resident CTAs per SM (16384 x 4096); k = 60 is
 // six CTAs with as much dynamic shared memory per SM as the capped runs (the L1 split alike).
+// `traffic-bound neighbour`: row+barrier after a kernel holding ~200 KB of shared memory per
+// SM (as GEMMs do), with no carve-out preference and with the largest L1 preferred.
 // The seventh session's device call 5 ran this program; call 4 an earlier state (the same
 // kernels with the stand-in's rounds fixed at compile time, no `curve`, a copy of 16 CTAs of
 // 256 threads per SM), call 3 a first draft (benchmarks/2026-11-30-h200-s7/README.md).
@@ -188,6 +190,15 @@ __global__ void traffic_tma(const uint4* __restrict__ x, uint4* __restrict__ r,
     }
 }
 
+// A kernel that takes most of each SM's unified L1 / shared storage as shared memory, as
+// cuBLAS GEMMs do: the `neighbour` mode runs it before every row kernel.
+__global__ void smem_hog(float* out) {
+    extern __shared__ float sm[];
+    sm[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.x] = sm[blockDim.x - 1];
+}
+
 __global__ void copy16(const uint4* __restrict__ a, uint4* __restrict__ b, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         b[i] = a[i];
@@ -265,6 +276,38 @@ int main(int argc, char** argv) {
                        100.0 * bytes / (t * 1e3) / copy_gbs);
             }
             CK(cudaFree(x)); CK(cudaFree(r)); CK(cudaFree(w)); CK(cudaFree(q)); CK(cudaFree(sf));
+        }
+        return 0;
+    }
+    if (argc > 1 && std::string(argv[1]) == "neighbour") {
+        // row+barrier after a kernel holding ~200 KB of shared memory per SM: with no
+        // carve-out preference, then preferring the largest L1 (carve-out 0).
+        const long m = 16384, hh = 4096;
+        const int nv = (int)(hh / 8), threads = nv / 2;
+        const size_t n = (size_t)m * hh;
+        uint4 *x, *r, *w;
+        u32* q;
+        unsigned char* sf;
+        float* hog_out;
+        CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&r, n * 2)); CK(cudaMalloc(&w, hh * 2));
+        CK(cudaMalloc(&q, n / 2)); CK(cudaMalloc(&sf, n / 16)); CK(cudaMalloc(&hog_out, sms * 4));
+        CK(cudaMemset(x, 0x11, n * 2)); CK(cudaMemset(r, 0x22, n * 2)); CK(cudaMemset(w, 0x33, hh * 2));
+        const double bytes = n * 3.0 * 2 + hh * 2.0 + n / 2.0 + n / 16.0;
+        const int hog_smem = 200 * 1024;
+        CK(cudaFuncSetAttribute(smem_hog, cudaFuncAttributeMaxDynamicSharedMemorySize, hog_smem));
+        auto kern = traffic_row<2, true>;
+        auto hog = [&] { smem_hog<<<sms, 256, hog_smem, s>>>(hog_out); };
+        const double t_hog = time_graph(s, hog);
+        printf("smem_hog (200 KB shared per CTA, one per SM): %.2f us\n", t_hog);
+        for (int pref : {-1, 0}) {
+            if (pref >= 0) CK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, pref));
+            for (int d : {0, 16}) {
+                const double alone = time_graph(s, [&] { kern<<<m, threads, 0, s>>>(x, r, w, q, sf, nv, d); });
+                const double pair = time_graph(s, [&] { hog(); kern<<<m, threads, 0, s>>>(x, r, w, q, sf, nv, d); });
+                const double chain = pair - t_hog;
+                printf("carveout %2d d=%2d: alone %8.2f us (%5.1f%%), after smem_hog %8.2f us (%5.1f%%)\n", pref, d,
+                       alone, 100.0 * bytes / (alone * 1e3) / copy_gbs, chain, 100.0 * bytes / (chain * 1e3) / copy_gbs);
+            }
         }
         return 0;
     }
