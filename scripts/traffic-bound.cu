@@ -11,9 +11,11 @@
 // six CTAs with as much dynamic shared memory per SM as the capped runs (the L1 split alike).
 // `traffic-bound neighbour`: row+barrier after a kernel holding ~200 KB of shared memory per
 // SM (as GEMMs do), with no carve-out preference and with the largest L1 preferred.
-// The seventh session's device call 5 ran this program; call 4 an earlier state (the same
-// kernels with the stand-in's rounds fixed at compile time, no `curve`, a copy of 16 CTAs of
-// 256 threads per SM), call 3 a first draft (benchmarks/2026-11-30-h200-s7/README.md).
+// The seventh session's device calls 5, 9 and 10 ran this program (its modes since refactored
+// over one Buffers type: the same kernels and timings; `neighbour` added after the calls);
+// call 4 an earlier state (the same kernels with the stand-in's rounds fixed at compile time,
+// no `curve`, a copy of 16 CTAs of 256 threads per SM), call 3 a first draft
+// (benchmarks/2026-11-30-h200-s7/README.md).
 //
 // Build and run on the GPU machine (nvcc 13.0 there; nothing here links fp4norm):
 //   nvcc -O3 -arch=sm_90 -o /tmp/traffic-bound scripts/traffic-bound.cu && /tmp/traffic-bound
@@ -235,6 +237,32 @@ static double time_graph(cudaStream_t s, F launch, int per = 20, int reps = 15) 
     return t[t.size() / 2];
 }
 
+
+// The op's buffers for an M x H bf16 call (x, r, w, codes, row-major scale bytes) and its
+// SPEC.md §6 byte count (NVFP4, row-major scales).
+struct Buffers {
+    long m, hh;
+    int nv;
+    uint4 *x, *r, *w;
+    u32* q;
+    unsigned char* sf;
+    Buffers(long m_, long h_) : m(m_), hh(h_), nv((int)(h_ / 8)) {
+        const size_t n = (size_t)m * hh;
+        CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&r, n * 2)); CK(cudaMalloc(&w, hh * 2));
+        CK(cudaMalloc(&q, n / 2)); CK(cudaMalloc(&sf, n / 16));
+        CK(cudaMemset(x, 0x11, n * 2)); CK(cudaMemset(r, 0x22, n * 2)); CK(cudaMemset(w, 0x33, hh * 2));
+    }
+    ~Buffers() { cudaFree(x); cudaFree(r); cudaFree(w); cudaFree(q); cudaFree(sf); }
+    double bytes() const {
+        const double n = (double)m * hh;
+        return n * 3.0 * 2 + hh * 2.0 + n / 2.0 + n / 16.0;
+    }
+    // row+barrier with d rounds of the stand-in, one CTA of nv / 2 threads per row.
+    void row(cudaStream_t s, int d, int smem = 0) const {
+        traffic_row<2, true><<<m, nv / 2, smem, s>>>(x, r, w, q, sf, nv, d);
+    }
+};
+
 int main(int argc, char** argv) {
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -260,39 +288,22 @@ int main(int argc, char** argv) {
         printf("row+barrier+busy(d): d, FMAs per thread, us, GB/s, %% of the copy reference\n");
         const int shapes2[][2] = {{16384, 4096}, {16384, 8192}};
         for (auto& sh : shapes2) {
-            const long m = sh[0], hh = sh[1];
-            const int nv = (int)(hh / 8), threads = nv / 2;
-            const size_t n = (size_t)m * hh;
-            uint4 *x, *r, *w;
-            u32* q;
-            unsigned char* sf;
-            CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&r, n * 2)); CK(cudaMalloc(&w, hh * 2));
-            CK(cudaMalloc(&q, n / 2)); CK(cudaMalloc(&sf, n / 16));
-            CK(cudaMemset(x, 0x11, n * 2)); CK(cudaMemset(r, 0x22, n * 2)); CK(cudaMemset(w, 0x33, hh * 2));
-            const double bytes = n * 3.0 * 2 + hh * 2.0 + n / 2.0 + n / 16.0;
+            const Buffers B(sh[0], sh[1]);
             for (int d : {0, 2, 4, 6, 8, 10, 12, 16, 20, 28}) {
-                const double t = time_graph(s, [&] { traffic_row<2, true><<<m, threads, 0, s>>>(x, r, w, q, sf, nv, d); });
-                printf("%6ld %6ld d=%2d fma=%4d %8.2f us %6.0f GB/s %5.1f%%\n", m, hh, d, 16 * d, t, bytes / (t * 1e3),
-                       100.0 * bytes / (t * 1e3) / copy_gbs);
+                const double t = time_graph(s, [&] { B.row(s, d); });
+                printf("%6ld %6ld d=%2d fma=%4d %8.2f us %6.0f GB/s %5.1f%%\n", B.m, B.hh, d, 16 * d, t,
+                       B.bytes() / (t * 1e3), 100.0 * B.bytes() / (t * 1e3) / copy_gbs);
             }
-            CK(cudaFree(x)); CK(cudaFree(r)); CK(cudaFree(w)); CK(cudaFree(q)); CK(cudaFree(sf));
         }
         return 0;
     }
     if (argc > 1 && std::string(argv[1]) == "neighbour") {
         // row+barrier after a kernel holding ~200 KB of shared memory per SM: with no
         // carve-out preference, then preferring the largest L1 (carve-out 0).
-        const long m = 16384, hh = 4096;
-        const int nv = (int)(hh / 8), threads = nv / 2;
-        const size_t n = (size_t)m * hh;
-        uint4 *x, *r, *w;
-        u32* q;
-        unsigned char* sf;
+        const Buffers B(16384, 4096);
+        const double bytes = B.bytes();
         float* hog_out;
-        CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&r, n * 2)); CK(cudaMalloc(&w, hh * 2));
-        CK(cudaMalloc(&q, n / 2)); CK(cudaMalloc(&sf, n / 16)); CK(cudaMalloc(&hog_out, sms * 4));
-        CK(cudaMemset(x, 0x11, n * 2)); CK(cudaMemset(r, 0x22, n * 2)); CK(cudaMemset(w, 0x33, hh * 2));
-        const double bytes = n * 3.0 * 2 + hh * 2.0 + n / 2.0 + n / 16.0;
+        CK(cudaMalloc(&hog_out, sms * 4));
         const int hog_smem = 200 * 1024;
         CK(cudaFuncSetAttribute(smem_hog, cudaFuncAttributeMaxDynamicSharedMemorySize, hog_smem));
         auto kern = traffic_row<2, true>;
@@ -302,8 +313,8 @@ int main(int argc, char** argv) {
         for (int pref : {-1, 0}) {
             if (pref >= 0) CK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, pref));
             for (int d : {0, 16}) {
-                const double alone = time_graph(s, [&] { kern<<<m, threads, 0, s>>>(x, r, w, q, sf, nv, d); });
-                const double pair = time_graph(s, [&] { hog(); kern<<<m, threads, 0, s>>>(x, r, w, q, sf, nv, d); });
+                const double alone = time_graph(s, [&] { B.row(s, d); });
+                const double pair = time_graph(s, [&] { hog(); B.row(s, d); });
                 const double chain = pair - t_hog;
                 printf("carveout %2d d=%2d: alone %8.2f us (%5.1f%%), after smem_hog %8.2f us (%5.1f%%)\n", pref, d,
                        alone, 100.0 * bytes / (alone * 1e3) / copy_gbs, chain, 100.0 * bytes / (chain * 1e3) / copy_gbs);
@@ -315,16 +326,9 @@ int main(int argc, char** argv) {
         // row+barrier with resident CTAs per SM capped by unused dynamic shared memory
         // (fp4norm's 256-thread kernels hold five at 47-48 registers; this one six at 40).
         printf("row+barrier+busy(d) with k resident CTAs per SM: k, d, us, GB/s, %% of the copy reference\n");
-        const long m = 16384, hh = 4096;
-        const int nv = (int)(hh / 8), threads = nv / 2;
-        const size_t n = (size_t)m * hh;
-        uint4 *x, *r, *w;
-        u32* q;
-        unsigned char* sf;
-        CK(cudaMalloc(&x, n * 2)); CK(cudaMalloc(&r, n * 2)); CK(cudaMalloc(&w, hh * 2));
-        CK(cudaMalloc(&q, n / 2)); CK(cudaMalloc(&sf, n / 16));
-        CK(cudaMemset(x, 0x11, n * 2)); CK(cudaMemset(r, 0x22, n * 2)); CK(cudaMemset(w, 0x33, hh * 2));
-        const double bytes = n * 3.0 * 2 + hh * 2.0 + n / 2.0 + n / 16.0;
+        const Buffers B(16384, 4096);
+        const double bytes = B.bytes();
+        const int threads = B.nv / 2;
         auto kern = traffic_row<2, true>;
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
         // k = 60: six CTAs with dynamic shared memory too (the L1 / shared split as for k <= 5).
@@ -332,8 +336,8 @@ int main(int argc, char** argv) {
             int smem = k == 6 ? 0 : (228 * 1024) / (k == 60 ? 6 : k) - 2048, got = 0;
             CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, kern, threads, smem));
             for (int d : {0, 16}) {
-                const double t = time_graph(s, [&] { kern<<<m, threads, smem, s>>>(x, r, w, q, sf, nv, d); });
-                printf("%6ld %6ld k=%d (occupancy API: %d) d=%2d %8.2f us %6.0f GB/s %5.1f%%\n", m, hh, k, got, d, t,
+                const double t = time_graph(s, [&] { B.row(s, d, smem); });
+                printf("%6ld %6ld k=%d (occupancy API: %d) d=%2d %8.2f us %6.0f GB/s %5.1f%%\n", B.m, B.hh, k, got, d, t,
                        bytes / (t * 1e3), 100.0 * bytes / (t * 1e3) / copy_gbs);
             }
         }
@@ -344,26 +348,17 @@ int main(int argc, char** argv) {
            "row+bar+busy", "tma3", "tma2+busy", "tma3+busy", "copy-same");
     const int shapes[][2] = {{16384, 2048}, {16384, 4096}, {16384, 8192}, {8192, 8192}, {16384, 16384}, {4096, 8192}};
     for (auto& sh : shapes) {
-        const long m = sh[0], hh = sh[1];
-        const int nv = (int)(hh / 8);
-        const int threads = nv / 2;
-        const size_t n = (size_t)m * hh;
-        uint4 *x, *r, *w;
-        u32* q;
-        unsigned char* sf;
-        CK(cudaMalloc(&x, n * 2));
-        CK(cudaMalloc(&r, n * 2));
-        CK(cudaMalloc(&w, hh * 2));
-        CK(cudaMalloc(&q, n / 2));
-        CK(cudaMalloc(&sf, n / 16));
-        CK(cudaMemset(x, 0x11, n * 2));
-        CK(cudaMemset(r, 0x22, n * 2));
-        CK(cudaMemset(w, 0x33, hh * 2));
-        const double bytes = n * 3.0 * 2 + hh * 2.0 + n / 2.0 + n / 16.0;
+        const Buffers B(sh[0], sh[1]);
+        const long m = B.m, hh = B.hh;
+        const int nv = B.nv, threads = nv / 2;
+        uint4 *x = B.x, *r = B.r, *w = B.w;
+        u32* q = B.q;
+        unsigned char* sf = B.sf;
+        const double bytes = B.bytes();
         const int BUSY = 28;  // 448 FMAs per thread: about pass 2's instruction count
         const double t_row = time_graph(s, [&] { traffic_row<2, false><<<m, threads, 0, s>>>(x, r, w, q, sf, nv, 0); });
-        const double t_bar = time_graph(s, [&] { traffic_row<2, true><<<m, threads, 0, s>>>(x, r, w, q, sf, nv, 0); });
-        const double t_busy = time_graph(s, [&] { traffic_row<2, true><<<m, threads, 0, s>>>(x, r, w, q, sf, nv, BUSY); });
+        const double t_bar = time_graph(s, [&] { B.row(s, 0); });
+        const double t_busy = time_graph(s, [&] { B.row(s, BUSY); });
         auto tma = [&](auto kern, int S, int delay) {
             const int smem = S * 2 * nv * 16;
             CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -391,7 +386,6 @@ int main(int argc, char** argv) {
         };
         printf("%6ld %6ld %8.1f | %-18s %-18s %-18s %-18s %-18s %-18s %-18s\n", m, hh, bytes / 1e6, cell(t_row), cell(t_bar),
                cell(t_busy), cell(t_tma3), cell(t_tma2b), cell(t_tma3b), cell(t_same));
-        CK(cudaFree(x)); CK(cudaFree(r)); CK(cudaFree(w)); CK(cudaFree(q)); CK(cudaFree(sf));
         CK(cudaFree(sa)); CK(cudaFree(sb));
     }
     return 0;
