@@ -275,20 +275,34 @@ impl KernelConfig {
 fn smem_carveout_knob() -> Option<i32> {
     static KNOB: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *KNOB.get_or_init(|| {
-        let raw = std::env::var("FP4NORM_SMEM_CARVEOUT").ok()?;
-        match raw.trim().parse::<i32>() {
-            Ok(v) if (0..=100).contains(&v) => {
-                eprintln!(
-                    "fp4norm: FP4NORM_SMEM_CARVEOUT={v} (a measurement knob): {v} % of L1 / shared memory preferred as shared"
-                );
-                Some(v)
-            }
-            _ => {
-                eprintln!("fp4norm: FP4NORM_SMEM_CARVEOUT={raw:?} is not a percentage 0-100; ignored");
-                None
-            }
-        }
+        measurement_knob(
+            "FP4NORM_SMEM_CARVEOUT",
+            |raw| raw.trim().parse().ok().filter(|v| (0..=100).contains(v)),
+            |v| format!("{v} % of L1 / shared memory preferred as shared"),
+            "a percentage 0-100",
+        )
     })
+}
+
+/// Reads the measurement knob `name` (read once by its caller's `OnceLock`): `parse` turns
+/// its value into a setting, which is announced on stderr as `describe` says; a value
+/// `parse` refuses is reported as not `expected` and ignored.
+fn measurement_knob<T>(
+    name: &str,
+    parse: impl Fn(&str) -> Option<T>,
+    describe: impl Fn(&T) -> String,
+    expected: &str,
+) -> Option<T> {
+    let raw = std::env::var(name).ok()?;
+    let setting = parse(&raw);
+    match &setting {
+        Some(v) => eprintln!(
+            "fp4norm: {name}={raw} (a measurement knob): {}",
+            describe(v)
+        ),
+        None => eprintln!("fp4norm: {name}={raw:?} is not {expected}; ignored"),
+    }
+    setting
 }
 
 /// Threads per row, rows per CTA and CTAs per row for `m` rows of `h`
@@ -400,21 +414,21 @@ pub fn launch_shape(
 pub fn swizzle_split_wanted(m: usize, block: usize, pdl_capable: bool) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let knob = *KNOB.get_or_init(|| {
-        let v = std::env::var("FP4NORM_SWIZZLE_SPLIT").ok()?;
-        let forced = match v.as_str() {
-            "0" => Some(false),
-            "1" => Some(true),
-            _ => None,
-        };
-        // A measurement knob: say that it is on, or that it is ignored.
-        match forced {
-            Some(on) => eprintln!(
-                "fp4norm: FP4NORM_SWIZZLE_SPLIT={v} (a measurement knob): every swizzled write {}",
-                if on { "split" } else { "direct" }
-            ),
-            None => eprintln!("fp4norm: FP4NORM_SWIZZLE_SPLIT={v:?} is not 0 or 1; ignored"),
-        }
-        forced
+        measurement_knob(
+            "FP4NORM_SWIZZLE_SPLIT",
+            |raw| match raw {
+                "0" => Some(false),
+                "1" => Some(true),
+                _ => None,
+            },
+            |&on| {
+                format!(
+                    "every swizzled write {}",
+                    if on { "split" } else { "direct" }
+                )
+            },
+            "0 or 1",
+        )
     });
     knob.unwrap_or(pdl_capable && block == 16 && m >= 8192)
 }
