@@ -7,6 +7,7 @@ use crate::codec::{e2m1_encode, e2m1_encode_non_nan};
 use crate::layout::{swizzled_col_tiles, swizzled_offset, SWIZZLE_ROWS, SWIZZLE_TILE_BYTES};
 use crate::op::{validate_host, OutputsPlan};
 use crate::reference::block_scale;
+use crate::sumsq::{exact_sum_of_squares, rstd_if_decided, rstd_of_sum};
 use crate::{
     BlockSize, Element, Error, Fp4Format, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem,
 };
@@ -199,8 +200,10 @@ fn normalize_row<T: Element>(
             }
         }
     }
-    // Eight independent f64 accumulators: the order is free (SPEC.md §1.2) and this
-    // lets the loop vectorise. H is a multiple of 16, so there is no tail.
+    // Eight independent f64 accumulators, so that the loop vectorises: an order of our
+    // own, with at most H/8 + 3 roundings on any square's path. Where that sum cannot
+    // decide the f32 rstd of the exact sum (SPEC.md §1.2 as crate::sumsq reads it), the
+    // exact sum decides. H is a multiple of 16, so there is no tail.
     let mut acc = [0f64; 8];
     for c in y.chunks_exact(8) {
         for k in 0..8 {
@@ -209,7 +212,9 @@ fn normalize_row<T: Element>(
         }
     }
     let ss = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    let rstd = (1.0 / (ss / y.len() as f64 + eps as f64).sqrt()) as f32;
+    let h = y.len();
+    let rstd = rstd_if_decided(ss, h / 8 + 3, h, eps)
+        .unwrap_or_else(|| rstd_of_sum(exact_sum_of_squares(y.iter().copied()), h, eps));
     for (yi, wi) in y.iter_mut().zip(w) {
         *yi = (*yi * rstd) * wi.to_f32();
     }

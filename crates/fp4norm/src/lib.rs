@@ -54,6 +54,7 @@ pub mod layout;
 mod op;
 mod problem;
 pub mod reference;
+pub mod sumsq;
 mod tensor;
 
 #[cfg(feature = "cuda")]

@@ -7,6 +7,7 @@
 use crate::codec::{e2m1_encode, e4m3_decode, e4m3_encode, ue8m0_ceil_code, ue8m0_inverse};
 use crate::layout::swizzled_offset;
 use crate::op::{validate_host, OutputsPlan};
+use crate::sumsq::{exact_sum_of_squares, rstd_of_sum};
 use crate::{Element, Error, Fp4Format, Fp4Out, GlobalScale, MatMut, MatRef, Options, ScaleFormat};
 
 /// Residual add + RMSNorm + FP4 quantisation (SPEC.md §1), scalar reference.
@@ -67,13 +68,11 @@ fn run<T: Element>(
             }
             None => hrow.copy_from_slice(xr),
         }
-        // 2. ss = Σ f64(h_i)², each square exact.
-        let ss: f64 = hrow
-            .iter()
-            .map(|v| (v.to_f32() as f64) * (v.to_f32() as f64))
-            .sum();
+        // 2. ss = Σ f64(h_i)², each square exact; the sum exact too, rounded once to f64
+        //    (the order-free reading of SPEC.md §1.2: see crate::sumsq).
+        let ss = exact_sum_of_squares(hrow.iter().map(|v| v.to_f32()));
         // 3. rstd = RN32(1 / sqrt(ss / H + eps)), every step in f64.
-        let rstd = (1.0 / (ss / h as f64 + opts.eps as f64).sqrt()) as f32;
+        let rstd = rstd_of_sum(ss, h, opts.eps);
         // 4. y_i = RN32(RN32(h_i · rstd) · w_i).
         for i in 0..h {
             y[i] = (hrow[i].to_f32() * rstd) * w[i].to_f32();

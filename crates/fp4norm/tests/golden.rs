@@ -1394,3 +1394,86 @@ fn bytes_moved_spec_section_6() {
     let p = Problem::new(130, 96, DType::F16, ScaleLayout::Both, &Options::mxfp4()).unwrap();
     assert_eq!(p.bytes_moved(), 74880 + 192 + 6240 + 390 + 1024);
 }
+
+// ---------------------------------------------------------------------------------------
+// The sum of squares (SPEC.md §1.2, read as the exact sum rounded once: src/sumsq.rs)
+// ---------------------------------------------------------------------------------------
+
+/// Against Python's `math.fsum` (correctly rounded), an oracle independent of this crate:
+/// `scripts/sumsq-vectors.py` wrote the file (ties, near-ties, subnormals, wide and narrow
+/// ranges, the order case below).
+#[test]
+fn exact_sum_of_squares_matches_math_fsum() {
+    let text = include_str!("data/sumsq_vectors.txt");
+    let mut n = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut f = line.split_whitespace();
+        let dtype = f.next().unwrap();
+        let want = u64::from_str_radix(f.next().unwrap(), 16).unwrap();
+        let mut row = Vec::new();
+        for run in f {
+            let (bits, count) = run.split_once('*').unwrap();
+            let bits = u16::from_str_radix(bits, 16).unwrap();
+            let v = match dtype {
+                "bf16" => bf16::from_bits(bits).to_f32(),
+                "f16" => f16::from_bits(bits).to_f32(),
+                other => panic!("unknown dtype {other}"),
+            };
+            row.extend(std::iter::repeat_n(v, count.parse().unwrap()));
+        }
+        let got = fp4norm::sumsq::exact_sum_of_squares(row.iter().copied());
+        assert_eq!(
+            got.to_bits(),
+            want,
+            "{line:.80}: got {got:e}, fsum {:e}",
+            f64::from_bits(want)
+        );
+        n += 1;
+    }
+    assert!(n > 100, "only {n} vectors");
+}
+
+/// The row on which f64 summation orders disagree (scripts/order-case.py): bf16, H = 4096,
+/// x = 2^34, 96468992, 468992, then 4093 × 181; residual 0, w = 1, eps = 1e-6,
+/// gs = f32 0x3DCC00D3 (0.09961094707…).
+///   Exact sum (math.fsum): 0x1.0002110333e3ep+68; element order in f64 gives
+///   0x1.0002110333640p+68. rstd of the exact sum: RN32(1/sqrt(ss/4096 + 1e-6f)) =
+///   3.725231456641609e-09 (the element-order sum: 3.725231678686214e-09, one f32 ulp up).
+///   y_0 = RN32(2^34 · rstd) = 63.99898910522461 (the block's amax) → RN32(gs · y_0) =
+///   6.375 → s = RN32(6.375 / 6) = 1.0625, the midpoint of E4M3 1.0 (0x38) and 1.125 (0x39): ties to even → 0x38 (the element
+///   order's rstd gives y_0 = 63.998992919921875, s = 1.0625001 → 0x39: the byte this row used to differ in).
+#[test]
+fn order_case_takes_the_exact_sum() {
+    let h = 4096;
+    let mut xs = vec![181.0f32; h];
+    xs[0] = 17179869184.0;
+    xs[1] = 96468992.0;
+    xs[2] = 468992.0;
+    let x = vals::<bf16>(&xs);
+    let w = vals::<bf16>(&vec![1.0; h]);
+    let opts = Options::nvfp4();
+    let gs = GlobalScale::Uniform(f32::from_bits(0x3DCC_00D3));
+    let mut outs = Vec::new();
+    for backend in ["reference", "cpu"] {
+        let mut r = vals::<bf16>(&vec![0.0; h]);
+        let mut q = vec![0xAAu8; h / 2];
+        let mut sf = vec![0xAAu8; h / 16];
+        let out = Fp4Out {
+            y_fp4: &mut q,
+            scales: ScaleOut::RowMajor(&mut sf),
+            y_out: None,
+        };
+        let (xm, rm) = (
+            MatRef::new(&x, 1, h).unwrap(),
+            MatMut::new(&mut r, 1, h).unwrap(),
+        );
+        match backend {
+            "reference" => reference::add_rmsnorm_fp4quant(xm, rm, &w, out, gs, &opts),
+            _ => cpu::add_rmsnorm_fp4quant(xm, rm, &w, out, gs, &opts),
+        }
+        .unwrap();
+        assert_eq!(sf[0], 0x38, "{backend}: block 0 scale");
+        outs.push((q, sf));
+    }
+    assert_eq!(outs[0], outs[1], "reference and cpu bytes");
+}

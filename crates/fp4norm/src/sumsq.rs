@@ -1,0 +1,308 @@
+//! SPEC.md §1 steps 2–3: a row's sum of squares and its `rstd`, the same for every
+//! summation order.
+//!
+//! SPEC.md §1.2 reads `ss = Σ f64(h_i)²` with "the summation order free". Each square is
+//! exact in f64, but their sum is not in general (bf16 squares span 2^-266 … 2^256), so
+//! different orders can give different `ss` and, rarely, a different f32 `rstd`: on the
+//! row of `scripts/order-case.py` the CPU's element order gives block scale 0x39 and an
+//! H200's reduction tree 0x38. Every backend would then be "to spec" and still disagree,
+//! and one GPU would disagree with itself between batch sizes (the launch shape, hence
+//! the tree, depends on M).
+//!
+//! fp4norm takes the one reading under which the order really is free: **`ss` is the
+//! exact sum of the squares, rounded once to f64** (round to nearest even), i.e. the
+//! value every order would give if f64 addition were exact. Computing it exactly for
+//! every row would cost far more than the op, so each backend sums in its own order
+//! with a proven error bound and keeps that sum whenever it provably gives the same f32
+//! `rstd` ([`rstd_if_decided`]); only the rare rows whose `rstd` lies within that bound
+//! of an f32 rounding boundary take the exact sum ([`exact_sum_of_squares`]). The CUDA
+//! kernel does the same (`fp4norm.cu`, `rstd_checked` and `exact_sum_redo`).
+
+/// `rstd = RN32(1 / sqrt(ss / H + eps))` before the final rounding to f32: every step an
+/// f64 IEEE operation (SPEC.md §1.3).
+#[inline]
+pub fn rstd_f64(ss: f64, h: usize, eps: f32) -> f64 {
+    1.0 / (ss / h as f64 + eps as f64).sqrt()
+}
+
+/// SPEC.md §1.3 on the exact `ss`.
+#[inline]
+pub fn rstd_of_sum(ss: f64, h: usize, eps: f32) -> f32 {
+    rstd_f64(ss, h, eps) as f32
+}
+
+/// The f32 `rstd` of the exact sum, from a sum `s` of the same nonnegative squares
+/// computed in any order with at most `depth` rounded additions on the path from any
+/// square to the result, or `None` when `s` cannot decide it.
+///
+/// For nonnegative terms `|s - exact| ≤ ((1 + u)^depth - 1) · exact` (u = 2^-53), and
+/// the exact sum rounded to f64 is within `u · exact` of it. The rstd chain is monotone
+/// and halves relative errors (a square root), and its own four roundings add at most
+/// 4 u each time it is evaluated: so the chain's f64 result on the exact sum lies within
+/// `0.52 · depth + 9` f64 ulps of its result `t` on `s`. If `t` is farther than that
+/// (`depth + 16` here) from the nearest f32 rounding boundary — a midpoint between two
+/// f32 values, i.e. the low 29 bits of `t`'s significand at 2^28 — both round to the
+/// same f32. Zero, infinite and NaN sums are exact in every order; an f32-subnormal
+/// `rstd` (where the f32 grid is coarser) is left to the exact sum.
+#[inline]
+pub fn rstd_if_decided(s: f64, depth: usize, h: usize, eps: f32) -> Option<f32> {
+    if s == 0.0 || !s.is_finite() {
+        return Some(rstd_of_sum(s, h, eps));
+    }
+    let t = rstd_f64(s, h, eps);
+    let residue = t.to_bits() & ((1u64 << 29) - 1);
+    let margin = depth as u64 + 16;
+    let decided = t.is_finite()
+        && t >= f64::from(f32::MIN_POSITIVE) * 2.0
+        && residue.abs_diff(1u64 << 28) > margin;
+    decided.then_some(t as f32)
+}
+
+/// The exact sum of `h_i²` over the row (the values widened to f32, exactly), rounded once to f64 (round to nearest, ties
+/// to even): NaN if any `h_i` is NaN, else +Inf if any is infinite.
+///
+/// Every finite f32 is `m · 2^(e - 150)` with `m < 2^24` an integer and `e` the biased
+/// exponent (1 for subnormals), so its square is `m² · 2^(2e - 300)`: the sum is an
+/// integer (at most ~2^600) times 2^-300, accumulated exactly in 64-bit limbs.
+pub fn exact_sum_of_squares(row: impl IntoIterator<Item = f32>) -> f64 {
+    let mut acc = BigSum::default();
+    let (mut nan, mut inf) = (false, false);
+    for f in row {
+        if f.is_nan() {
+            nan = true;
+        } else if f.is_infinite() {
+            inf = true;
+        } else {
+            acc.add_square(f);
+        }
+    }
+    if nan {
+        f64::NAN
+    } else if inf {
+        f64::INFINITY
+    } else {
+        acc.to_f64()
+    }
+}
+
+/// `Σ m_i² 2^(2 e_i)` as an unsigned integer of `LIMBS` 64-bit limbs (least significant
+/// first); its value in f64 is that times 2^-300.
+const LIMBS: usize = 11; // 2e ≤ 508, m² < 2^48, and 2^80 squares of headroom
+const SCALE_EXP: i32 = -300;
+
+#[derive(Default)]
+struct BigSum {
+    limbs: [u64; LIMBS],
+}
+
+impl BigSum {
+    fn add_square(&mut self, f: f32) {
+        let bits = f.to_bits() & 0x7FFF_FFFF;
+        let e = bits >> 23;
+        let m = u64::from(bits & 0x7F_FFFF) | if e > 0 { 1 << 23 } else { 0 };
+        if m == 0 {
+            return;
+        }
+        let shift = 2 * e.max(1) as usize;
+        let (limb, off) = (shift / 64, shift % 64);
+        let v = u128::from(m * m) << off; // < 2^111
+        let mut carry = self.add_at(limb, v as u64, 0);
+        carry = self.add_at(limb + 1, (v >> 64) as u64, carry);
+        let mut i = limb + 2;
+        while carry != 0 {
+            carry = self.add_at(i, 0, carry);
+            i += 1;
+        }
+    }
+
+    fn add_at(&mut self, i: usize, v: u64, carry: u64) -> u64 {
+        let (s1, c1) = self.limbs[i].overflowing_add(v);
+        let (s2, c2) = s1.overflowing_add(carry);
+        self.limbs[i] = s2;
+        u64::from(c1) + u64::from(c2)
+    }
+
+    fn bit(&self, pos: i64) -> u64 {
+        if pos < 0 {
+            0
+        } else {
+            (self.limbs[pos as usize / 64] >> (pos % 64)) & 1
+        }
+    }
+
+    /// Whether any bit below `pos` is set.
+    fn any_below(&self, pos: i64) -> bool {
+        if pos <= 0 {
+            return false;
+        }
+        let (limb, off) = (pos as usize / 64, pos % 64);
+        self.limbs[..limb].iter().any(|&l| l != 0) || (self.limbs[limb] & ((1u64 << off) - 1)) != 0
+    }
+
+    /// Round to nearest even f64.
+    fn to_f64(&self) -> f64 {
+        let Some(top) = (0..LIMBS).rev().find(|&i| self.limbs[i] != 0) else {
+            return 0.0;
+        };
+        let p = (64 * top + 63 - self.limbs[top].leading_zeros() as usize) as i64; // top bit
+        if p < 53 {
+            // Fewer than 54 bits: exact, and scaling by a power of two is exact.
+            return self.limbs[0] as f64 * pow2(SCALE_EXP);
+        }
+        let mut mant = 0u64;
+        for b in (p - 52..=p).rev() {
+            mant = (mant << 1) | self.bit(b);
+        }
+        let round = self.bit(p - 53) == 1;
+        let sticky = self.any_below(p - 53);
+        let mut exp = p - 52 + SCALE_EXP as i64;
+        if round && (sticky || mant & 1 == 1) {
+            mant += 1;
+            if mant == 1 << 53 {
+                mant >>= 1;
+                exp += 1;
+            }
+        }
+        mant as f64 * pow2(exp as i32)
+    }
+}
+
+/// 2^k for k in the normal f64 range.
+fn pow2(k: i32) -> f64 {
+    debug_assert!((-1022..=1023).contains(&k));
+    f64::from_bits(((k + 1023) as u64) << 52)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Element;
+    use half::{bf16, f16};
+
+    fn exact<T: Element>(row: &[T]) -> f64 {
+        exact_sum_of_squares(row.iter().map(|v| v.to_f32()))
+    }
+
+    fn b(v: f32) -> bf16 {
+        bf16::from_f32(v)
+    }
+
+    #[test]
+    fn exact_where_f64_is_exact() {
+        let row: Vec<bf16> = [1.0, 2.0, 3.0, -0.5, 0.0].iter().map(|&v| b(v)).collect();
+        assert_eq!(exact(&row), 1.0 + 4.0 + 9.0 + 0.25);
+        assert_eq!(exact::<bf16>(&[]), 0.0);
+        assert_eq!(exact(&[b(0.0), b(-0.0)]), 0.0);
+    }
+
+    #[test]
+    fn ties_round_to_even_and_sticky_bits_count() {
+        // 2^60 + 2·8²: 128 is half an ulp of 2^60 (ulp 256): a tie, to even (2^60).
+        let tie = [b(2f32.powi(30)), b(8.0), b(8.0)];
+        assert_eq!(exact(&tie), 2f64.powi(60));
+        // Any square below breaks the tie upwards, however small.
+        let above = [b(2f32.powi(30)), b(8.0), b(8.0), b(2f32.powi(-60))];
+        assert_eq!(exact(&above), 2f64.powi(60) + 256.0);
+        // Element order in f64 drops each 64 on its own: the reason for this module.
+        let naive: f64 = above.iter().map(|v| (v.to_f32() as f64).powi(2)).sum();
+        assert_eq!(naive, 2f64.powi(60));
+        // A tie whose lower neighbour is odd rounds up: 2^60 + 256 + 128.
+        let odd = [b(2f32.powi(30)), b(16.0), b(8.0), b(8.0)];
+        assert_eq!(exact(&odd), 2f64.powi(60) + 512.0);
+    }
+
+    #[test]
+    fn extremes_and_specials() {
+        // The smallest bf16 subnormal (2^-133) squared is 2^-266, a normal f64.
+        let tiny = bf16::from_bits(1);
+        assert_eq!(exact(&[tiny]), 2f64.powi(-266));
+        let big = bf16::MAX; // (2 - 2^-7) 2^127
+        let want = (big.to_f32() as f64).powi(2);
+        assert_eq!(exact(&[big]), want);
+        assert_eq!(exact(&[big, tiny]), want); // far below an ulp, no tie
+        assert!(exact(&[b(1.0), bf16::NAN, bf16::INFINITY]).is_nan());
+        assert_eq!(exact(&[b(1.0), bf16::NEG_INFINITY]), f64::INFINITY);
+        let h = f16::from_bits(1); // 2^-24
+        assert_eq!(exact(&[h, h]), 2.0 * 2f64.powi(-48));
+    }
+
+    #[test]
+    fn undecided_at_f32_midpoints() {
+        let h = 4096;
+        assert_eq!(
+            rstd_if_decided(0.0, 64, h, 1e-6),
+            Some(rstd_of_sum(0.0, h, 1e-6))
+        );
+        assert!(rstd_if_decided(f64::NAN, 64, h, 1e-6).unwrap().is_nan());
+        // s whose rstd chain lands within a few ulps of 1 + 2^-24, an f32 midpoint.
+        let mid = f64::from_bits(1.0f64.to_bits() | (1 << 28));
+        let s = h as f64 / (mid * mid);
+        assert_eq!(rstd_if_decided(s, 64, h, 0.0), None);
+    }
+
+    /// f64 sums of `row`'s squares in three orders, each with its depth bound.
+    fn order_sums(row: &[bf16]) -> Vec<(f64, usize)> {
+        let sq: Vec<f64> = row.iter().map(|v| (v.to_f32() as f64).powi(2)).collect();
+        let forward = sq.iter().sum::<f64>();
+        let backward = sq.iter().rev().sum::<f64>();
+        let mut sorted = sq.clone();
+        sorted.sort_by(f64::total_cmp);
+        let ascending = sorted.iter().sum::<f64>();
+        vec![
+            (forward, sq.len()),
+            (backward, sq.len()),
+            (ascending, sq.len()),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        /// The bound itself: near an f32 midpoint of rstd, every sum `s` that decides must
+        /// give the same f32 as every sum within `depth` roundings of it (and the exact sum
+        /// is one of those).
+        #[test]
+        fn decided_sums_agree_with_every_sum_within_the_bound(
+            r0 in 0x3500_0000u32..0x4B00_0000,
+            depth in 1usize..200,
+            h in proptest::sample::select(vec![16usize, 4096, 5120, 32768]),
+        ) {
+            let mid = f64::from_bits(f64::from(f32::from_bits(r0)).to_bits() | 1 << 28); // an f32 midpoint
+            let s0 = h as f64 / (mid * mid);
+            let step = |s: f64, k: i64| s * (1.0 + k as f64 * 2f64.powi(-53));
+            for j in -3 * depth as i64..=3 * depth as i64 {
+                let s = step(s0, j);
+                if let Some(r) = rstd_if_decided(s, depth, h, 0.0) {
+                    for i in [-(depth as i64) - 1, -1, 1, depth as i64 + 1] {
+                        proptest::prop_assert_eq!(rstd_of_sum(step(s, i), h, 0.0).to_bits(), r.to_bits());
+                    }
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Whatever the order, a decided rstd is the exact sum's; and on rows built to
+        /// sit near a boundary (one huge square, small ones filling the ulps below it) the
+        /// orders disagree often, so the exact path is exercised too.
+        #[test]
+        fn any_order_decides_the_exact_rstd(
+            big in 0x1A00u16..0x7F7F,
+            below in proptest::collection::vec(0u16..0x1A00, 1..300),
+            eps_bits in 0u32..0x3A83_126F,
+        ) {
+            // Squares within 2^-52 … 1 of the largest: every one of them moves the low
+            // bits of the f64 sum, so the orders disagree in those bits.
+            let mut row: Vec<bf16> = below.iter().map(|&d| bf16::from_bits(big - d)).collect();
+            row.push(bf16::from_bits(big));
+            let eps = f32::from_bits(eps_bits);
+            let h = row.len();
+            let exact = rstd_of_sum(exact(&row), h, eps);
+            for (s, depth) in order_sums(&row) {
+                if let Some(r) = rstd_if_decided(s, depth, h, eps) {
+                    proptest::prop_assert_eq!(r.to_bits(), exact.to_bits());
+                }
+            }
+        }
+    }
+}
