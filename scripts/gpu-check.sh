@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a working tree carrying .artifacts/ (see gpu-build.sh).
-# Usage: bash scripts/gpu-check.sh [tests] [concurrency] [sanitize] [bench] [layouts] [peers] [all]
+# Usage: bash scripts/gpu-check.sh [tests] [exactpath] [concurrency] [sanitize] [bench] [layouts] [peers] [all]
 #        bash scripts/gpu-check.sh tune | nanexp | ab | ncu   (measurements, not in `all`)
 #        bash scripts/gpu-check.sh report   (issue 4's whole table in one call: tests, main
 #        table, layouts, y_out, f16, PDL chain, Triton peer -> $OUT/report.tgz + report.md)
@@ -57,6 +57,16 @@ if [[ " $modes " == *" tune "* ]]; then
     done
     unset FP4NORM_TUNE_SHAPE
   done <<< "${TUNE_SHAPES:-$(cat scripts/tune-shapes.txt)}"
+fi
+
+if has exactpath; then
+  # The exact sum of squares (kernel: rstd_checked / the slow path) is taken by about one
+  # row in 10^7; FP4NORM_FORCE_EXACT_SUMSQ=1 sends every row through it, so the sweep checks
+  # that path byte for byte in every launch shape (kernels compiled here by NVRTC).
+  echo "== exact-sum path forced on every row (sweep + edge cases)"
+  start=$(date +%s)
+  FP4NORM_FORCE_EXACT_SUMSQ=1 FP4NORM_CACHE_DIR=/tmp/kcache-exact "$bin/gpu" --test-threads=4 gpu_edge_cases gpu_sweep 2>&1 | tee "$out/exactpath.log" | grep -E "^FAIL|test result|panicked" | head -20
+  summary+=("exact-sum path forced: $(grep 'test result' "$out/exactpath.log" | tail -1) ($(( $(date +%s) - start ))s)")
 fi
 
 if [[ " $modes " == *" nanexp "* ]]; then

@@ -127,6 +127,7 @@ fn gen_values<T: Element>(
                 Fill::Ties => {
                     [0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -2.5, 6.0][i % 10] * scale
                 }
+                Fill::SumOrder => 0.0, // host_case writes the rows
             };
             T::round_from_f32(v)
         })
@@ -144,6 +145,19 @@ fn host_case<T: Element>(c: &Case, rng: &mut rand::rngs::StdRng) -> HostCase<T> 
         x.clear();
         r.clear();
     }
+    if matches!(c.fill, Fill::SumOrder) {
+        assert!(h == 4096 && T::DTYPE == DType::BF16 && !c.special_rows);
+        let pattern = [17179869184.0f32, 96468992.0, 468992.0];
+        for row in 0..m {
+            for i in 0..h {
+                x[row * xs + i] = T::round_from_f32(181.0);
+            }
+            for (j, &v) in pattern.iter().enumerate() {
+                x[row * xs + (row * 37 + j) % h] = T::round_from_f32(v);
+            }
+        }
+        r.iter_mut().for_each(|v| *v = T::round_from_f32(0.0));
+    }
     // Rows with special content: a zero row, a NaN row, an Inf row (SPEC.md edge cases).
     if c.special_rows && m >= 4 {
         for i in 0..h {
@@ -157,7 +171,10 @@ fn host_case<T: Element>(c: &Case, rng: &mut rand::rngs::StdRng) -> HostCase<T> 
         x[3 * xs] = T::round_from_f32(f32::NEG_INFINITY);
     }
     let w: Vec<T> = (0..h)
-        .map(|_| T::round_from_f32(rng.random_range(0.25f32..2.0)))
+        .map(|_| match c.fill {
+            Fill::SumOrder => T::round_from_f32(1.0),
+            _ => T::round_from_f32(rng.random_range(0.25f32..2.0)),
+        })
         .collect();
     let gs: Vec<f32> = if c.per_row_gs {
         (0..m).map(|_| rng.random_range(0.5f32..3000.0)).collect()

@@ -93,6 +93,10 @@ pub struct KernelConfig {
     pub hw_e2m1: bool,
     /// Trust the packed add/cvt to return the canonical NaN 0x7FFF (no fix-up code).
     pub hw_canonical_nan: bool,
+    /// Every row takes the exact sum of squares, the path the kernel otherwise takes only
+    /// for the rare rows whose f64 sum cannot decide rstd (a test knob:
+    /// `FP4NORM_FORCE_EXACT_SUMSQ=1`; the bytes are the same either way).
+    pub force_exact_sumsq: bool,
     /// Threads per row.
     pub threads_per_row: u32,
     /// Rows per CTA.
@@ -135,6 +139,7 @@ impl KernelConfig {
             },
             hw_e2m1,
             hw_canonical_nan: false,
+            force_exact_sumsq: false,
             threads_per_row: g,
             rows_per_cta: r,
             cluster: c,
@@ -175,6 +180,7 @@ impl KernelConfig {
             gs: GsMode::None,
             hw_e2m1: false,
             hw_canonical_nan: false,
+            force_exact_sumsq: false,
             threads_per_row: 32,
             rows_per_cta: 1,
             cluster: 1,
@@ -211,7 +217,7 @@ impl KernelConfig {
         format!(
             "#define FP4_KIND {}\n#define FP4_F16 {}\n#define FP4_H {}\n#define FP4_BLOCK {}\n#define FP4_UE8M0 {}\n\
              #define FP4_ROW_MAJOR {}\n#define FP4_SWIZZLED {}\n#define FP4_RESIDUAL {}\n\
-             #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_HW_CANONICAL_NAN {}\n#define FP4_G {}\n\
+             #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_HW_CANONICAL_NAN {}\n#define FP4_FORCE_EXACT_SUMSQ {}\n#define FP4_G {}\n\
              #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n#define FP4_SWZ_SPLIT {}\n",
             self.kind as u32,
             b(self.dtype == DType::F16),
@@ -229,6 +235,7 @@ impl KernelConfig {
             },
             b(self.hw_e2m1),
             b(self.hw_canonical_nan),
+            b(self.force_exact_sumsq),
             self.threads_per_row,
             self.rows_per_cta,
             self.cluster,
@@ -245,7 +252,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} G={} R={} C={} aligned={} swz_split={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} exact_ss={} G={} R={} C={} aligned={} swz_split={}",
             self.kind,
             self.dtype,
             self.h,
@@ -258,6 +265,7 @@ impl KernelConfig {
             self.gs,
             self.hw_e2m1,
             self.hw_canonical_nan,
+            self.force_exact_sumsq,
             self.threads_per_row,
             self.rows_per_cta,
             self.cluster,
@@ -265,6 +273,36 @@ impl KernelConfig {
             self.swizzle_split
         )
     }
+}
+
+/// `FP4NORM_FORCE_EXACT_SUMSQ=1` (a test knob): every fused kernel computes every row's
+/// exact sum of squares, the slow path it otherwise takes only for the rare rows whose f64
+/// sum cannot decide rstd (see `rstd_checked` in the kernel source): the GPU tests run
+/// their sweep under it to check that path in every launch shape. The bytes are the same.
+pub fn force_exact_sumsq_knob() -> bool {
+    static KNOB: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *KNOB.get_or_init(|| {
+        measurement_knob(
+            "FP4NORM_FORCE_EXACT_SUMSQ",
+            |raw| match raw {
+                "0" => Some(false),
+                "1" => Some(true),
+                _ => None,
+            },
+            |&on| {
+                format!(
+                    "every row's sum of squares {}",
+                    if on {
+                        "exact"
+                    } else {
+                        "decided where it can be"
+                    }
+                )
+            },
+            "0 or 1",
+        )
+        .unwrap_or(false)
+    })
 }
 
 /// `FP4NORM_SMEM_CARVEOUT=P` (a measurement knob): the preferred share of the unified L1 /

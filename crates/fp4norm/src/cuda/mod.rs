@@ -245,6 +245,7 @@ impl Gpu {
             self.clusters,
         );
         cfg.hw_canonical_nan = self.hw_canonical_nan;
+        cfg.force_exact_sumsq = kernel::force_exact_sumsq_knob();
         // A knob for measuring launch shapes on a device (the bytes never change):
         // FP4NORM_TUNE_SHAPE=G,R,C forces a launch shape where it is valid.
         if let Some(shape) = self.tune_shape {

@@ -16,7 +16,16 @@ pub enum Fill {
     Special,
     /// Values that land on E2M1 ties.
     Ties,
+    /// bf16, H = 4096: every row the row of scripts/order-case.py (f64 summation orders
+    /// disagree on its rstd; only the exact sum is order-free), rotated by its row index so
+    /// that each row's large values sit in other threads; residual 0, weight 1. Use with
+    /// `gs = ORDER_CASE_GS`.
+    SumOrder,
 }
+
+/// The global scale of the order case (0.09961094707...): with it, the element-order sum's
+/// rstd and the exact sum's give different block scales (0x39 / 0x38).
+pub const ORDER_CASE_GS: f32 = f32::from_bits(0x3DCC_00D3);
 
 /// One GPU test case.
 #[derive(Clone, Copy, Debug)]
@@ -286,6 +295,17 @@ pub fn edge_cases() -> Vec<Case> {
                 c10.special_rows = true;
                 c10.per_row_gs = i % 2 == 0;
                 out.push(c10);
+            }
+            // The summation-order case (SPEC.md §1.2; src/sumsq.rs) in every launch regime:
+            // one row over a cluster, 16 rows, 300 and 2000 rows of one CTA each.
+            if dtype == DType::BF16 && i == 0 {
+                for (m, residual) in [(1usize, true), (16, false), (300, true), (2000, true)] {
+                    let mut c11 = Case::new(dtype, m, 4096, format, ScaleLayout::Both);
+                    c11.fill = Fill::SumOrder;
+                    c11.gs = ORDER_CASE_GS;
+                    c11.residual = residual;
+                    out.push(c11);
+                }
             }
             // A global scale so small that gs / d rounds to 0 next to ±Inf values:
             // Inf · 0 = NaN products, which must encode as 0x7.

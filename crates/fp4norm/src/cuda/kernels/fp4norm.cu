@@ -28,6 +28,8 @@
 //   FP4_C            CTAs per row: >1 splits each row over a thread-block cluster whose
 //                    CTAs exchange partial sums of squares through distributed shared
 //                    memory (sm_90+; FP4_R is then 1)
+//   FP4_FORCE_EXACT_SUMSQ  1: every row takes the exact sum of squares (a test knob that
+//                    runs the rare slow path everywhere; see rstd_checked)
 //   FP4_VEC_ALIGNED  1: 16-byte vector loads/stores; 0: element-wise path for
 //                    pointers or strides that are not 16-byte aligned
 //   FP4_SWZ_SPLIT    1: the swizzled scales are written by a second kernel (FP4_KIND 4):
@@ -439,14 +441,44 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 // (A checked fast path — approximate rsqrt, Newton steps, and a proof that the f32 result
 // is the chain's — was measured on the H200 and gained nothing: the chain is not on the
 // critical path that matters. BENCHMARKS.md, tuning log.)
-__device__ __forceinline__ float rstd_of(double ss, float eps) {
+__device__ __forceinline__ double rstd_f64(double ss, float eps) {
 #if (FP4_H & (FP4_H - 1)) == 0
     // H a power of two: ss / H is an exact scaling (ss is far from the subnormal range).
     const double mean = __dadd_rn(__dmul_rn(ss, 1.0 / (double)FP4_H), (double)eps);
 #else
     const double mean = __dadd_rn(__ddiv_rn(ss, (double)FP4_H), (double)eps);
 #endif
-    return __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(mean)));
+    return __ddiv_rn(1.0, __dsqrt_rn(mean));
+}
+
+__device__ __forceinline__ float rstd_of(double ss, float eps) {
+    return __double2float_rn(rstd_f64(ss, eps));
+}
+
+// SPEC.md §1.2's sum is read as the exact sum of the squares rounded once to f64 (the one
+// reading under which "the summation order is free" holds: crates/fp4norm/src/sumsq.rs,
+// which the CPU backends share). This kernel's f64 sum ss has at most SUM_DEPTH roundings
+// on any square's path (the thread's chain, the warp butterfly, the row's warps, the
+// cluster's CTAs), so the chain's f64 rstd on the exact sum lies within
+// 0.52 SUM_DEPTH + 9 f64 ulps of t = rstd_f64(ss) (sumsq.rs, rstd_if_decided, proves it).
+// Where t is farther than SUM_DEPTH + 16 ulps from an f32 rounding midpoint, both round to
+// the same f32 and ss decides; otherwise (about 2 (SUM_DEPTH + 16) / 2^29 of rows, under
+// 1e-6) the row takes the exact sum (exact_sum_redo). Zero, Inf and NaN sums are the
+// same in every order; an f32-subnormal rstd (huge rows) always takes the exact sum.
+#define SUM_DEPTH (VPT * 8 + 5 + WARPS_PER_ROW + FP4_C)
+#ifndef FP4_FORCE_EXACT_SUMSQ
+#define FP4_FORCE_EXACT_SUMSQ 0
+#endif
+__device__ __forceinline__ float rstd_checked(double ss, float eps, bool& undecided) {
+    const double t = rstd_f64(ss, eps);
+    const double inf = __longlong_as_double(0x7FF0000000000000ll);
+    const bool exact_anyway = ss == 0.0 || !(ss < inf);  // 0, +Inf or NaN
+    const long long residue = __double_as_longlong(t) & ((1ll << 29) - 1);
+    const long long dist = residue > (1ll << 28) ? residue - (1ll << 28) : (1ll << 28) - residue;
+    const double f32_normal_floor = __longlong_as_double((long long)(1023 - 125) << 52);  // 2^-125
+    const bool decided = t >= f32_normal_floor && t < inf && dist > SUM_DEPTH + 16 && !FP4_FORCE_EXACT_SUMSQ;
+    undecided = !exact_anyway && !decided;
+    return __double2float_rn(t);
 }
 
 // The UE8M0 code of a block, ue8m0_ceil_code(RN32(amax / 6)), without the division: for
@@ -501,20 +533,119 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
+
+#if FP4_KIND == 0
+// The exact sum of squares of a row (the rare rows rstd_checked leaves undecided, or every
+// row under FP4_FORCE_EXACT_SUMSQ). A finite element is m 2^(e - BIAS) with m an integer of
+// MANT_BITS + 1 bits at most and e its biased exponent (1 for subnormals), so its square is
+// m^2 2^(2e - 2 BIAS): the row's threads add each m^2 into a shared-memory bucket per e
+// (integer adds: exact and order-free), and one thread adds the buckets into a wide integer
+// (u32 limbs, least significant first) and rounds that once to f64. crates/fp4norm/src/
+// sumsq.rs does the same on the CPU (tested against Python's math.fsum).
+#if FP4_F16
+#define SQ_BUCKETS 32
+#define SQ_EXP_SHIFT 10
+#define SQ_FRAC_MASK 0x3FFu
+#define SQ_BASE (-50)       // 2 x (15 + 10)
+#define SQ_LIMBS 5          // 2 x 30 + 64 bits
+typedef u64 sq_bucket_t;    // m^2 < 2^22
+#define SQ_RED "red.shared.add.u64 [%0], %1;"
+#define SQ_RED_ARG "l"
+#define SQ_LD_TYPE "u64"
+#else
+#define SQ_BUCKETS 256
+#define SQ_EXP_SHIFT 7
+#define SQ_FRAC_MASK 0x7Fu
+#define SQ_BASE (-268)      // 2 x (127 + 7)
+#define SQ_LIMBS 19         // 2 x 254 + 64 bits
+#if FP4_H < 65536
+typedef u32 sq_bucket_t;    // m^2 < 2^16, fewer than 2^16 of them
+#define SQ_RED "red.shared.add.u32 [%0], %1;"
+#define SQ_RED_ARG "r"
+#define SQ_LD_TYPE "u32"
+#else
+typedef u64 sq_bucket_t;
+#define SQ_RED "red.shared.add.u64 [%0], %1;"
+#define SQ_RED_ARG "l"
+#define SQ_LD_TYPE "u64"
+#endif
+#endif
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Adds the squares of the eight elements of h to the buckets.
+__device__ __forceinline__ void sq_buckets_add(sq_bucket_t* buckets, uint4 h) {
+    const u32 w[4] = {h.x, h.y, h.z, h.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const u32 bits = (w[i / 2] >> (16 * (i % 2))) & 0x7FFFu;
+        const u32 e = bits >> SQ_EXP_SHIFT;
+        const u32 m = (bits & SQ_FRAC_MASK) | (e != 0 ? SQ_FRAC_MASK + 1 : 0u);
+        if (m != 0 && e < SQ_BUCKETS - 1) {  // (Inf / NaN never get here: their sum decides)
+            const sq_bucket_t sq = (sq_bucket_t)(m * m);
+            asm volatile(SQ_RED :: "r"(smem_addr(&buckets[max(e, 1u)])), SQ_RED_ARG(sq) : "memory");
+        }
+    }
+}
+
+// Sum of buckets[e] 2^(2e + SQ_BASE), rounded once to f64 (ties to even). One thread;
+// the wide integer lives in shared memory (acc, SQ_LIMBS words), not in local memory.
+__device__ __forceinline__ double sq_buckets_to_f64(const sq_bucket_t* buckets, u32* acc) {
+    for (int i = 0; i < SQ_LIMBS; ++i) acc[i] = 0;
+    for (int e = 1; e < SQ_BUCKETS; ++e) {
+        const u64 v = buckets[e];
+        if (v == 0) continue;
+        const int limb = (2 * e) / 32, off = (2 * e) % 32;
+        // v << off as three 32-bit words, added with carry propagation.
+        const u32 w0 = (u32)(v << off);
+        const u32 w1 = (u32)(off ? v >> (32 - off) : v >> 32);
+        const u32 w2 = (u32)(off ? v >> (64 - off) : 0);
+        u64 t = (u64)acc[limb] + w0;
+        acc[limb] = (u32)t;
+        t = (u64)acc[limb + 1] + w1 + (t >> 32);
+        acc[limb + 1] = (u32)t;
+        t = (u64)acc[limb + 2] + w2 + (t >> 32);
+        acc[limb + 2] = (u32)t;
+        for (int i = limb + 3; (t >> 32) != 0 && i < SQ_LIMBS; ++i) {
+            t = (u64)acc[i] + (t >> 32);
+            acc[i] = (u32)t;
+        }
+    }
+    int top = SQ_LIMBS - 1;
+    while (top > 0 && acc[top] == 0) --top;
+    if (acc[top] == 0) return 0.0;
+    const int p = 32 * top + 31 - __clz(acc[top]);  // the top bit
+    const auto bit = [&](int pos) -> u64 { return pos < 0 ? 0u : (acc[pos / 32] >> (pos % 32)) & 1u; };
+    const auto pow2 = [](int k) { return __longlong_as_double((long long)(k + 1023) << 52); };
+    if (p < 53) {
+        const u64 v = (u64)acc[0] | ((u64)acc[1] << 32);
+        return __dmul_rn(__ull2double_rn(v), pow2(SQ_BASE));  // exact
+    }
+    u64 mant = 0;
+    for (int b = p; b >= p - 52; --b) mant = (mant << 1) | bit(b);
+    const bool round = bit(p - 53) != 0;
+    bool sticky = false;
+    for (int b = 0; b < p - 53; ++b) sticky |= bit(b) != 0;
+    int exp = p - 52 + SQ_BASE;
+    if (round && (sticky || (mant & 1))) {
+        if (++mant == (1ull << 53)) {
+            mant >>= 1;
+            ++exp;
+        }
+    }
+    return __dmul_rn(__ull2double_rn(mant), pow2(exp));  // exact: 53 bits times a power of two
+}
+
 // ---------------------------------------------------------------------------
 // The fused kernel. A group of FP4_G threads owns one row; thread t of the group
 // handles 8-element vectors t, t+G, t+2G, ... so every warp access is contiguous.
 // The vectors of one scale block sit in VPB neighbouring lanes, which combine
 // their block maximum with one or two shuffles.
 
-#if FP4_KIND == 0
-#if FP4_C > 1
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-#endif
 
 // Pass 2 of one 8-element vector, part 1: y = RN32(RN32(h rstd) w) (and y_out), and the
 // maximum of |y| over the vector's scale block (the block's VPB lanes combine theirs by
@@ -601,6 +732,140 @@ __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, i
         ss = __fma_rn(d, d, ss);  // the square is exact in f64, so fma == mul + add
     }
     return h;
+}
+
+// Pass 2 of one row: y, block scales, E2M1 codes, from rstd. FROM_MEMORY: h and w
+// re-read from memory (the redo of a row whose exact sum of squares changed rstd);
+// otherwise as pass 1 left them (hv, wv: registers once inlined, constant indices).
+template <bool FROM_MEMORY>
+__device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int lane, int v0, float rstd, float gs,
+                                          const uint4* hv, const uint4* wv) {
+
+    // h as held in registers, or re-read from the residual (or x) this thread wrote in
+    // pass 1; w as prefetched, or loaded.
+    const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
+#define PASS2_H(k, v) ((HOLD_IN_REGS && !FROM_MEMORY) ? hv[k] : load_vec(hrow + (v) * 8))
+#define PASS2_W(k, v) ((PREFETCH_W && !FROM_MEMORY) ? wv[k] : load_weight(p.w + (v) * 8))
+    // Pass 2: y, block scales, E2M1 codes. With SHARED_SCALE, the y and block maxima
+    // of both vectors come first, then each lane computes one of its pair's two
+    // block scales; otherwise vector by vector (y of one vector live at a time).
+    // (The two loops below repeat the few lines that load a vector's h and w: folding
+    // them into one lambda changed the sm_90 SASS of 356 of the 1089 sweep kernels,
+    // among them those with several rows per CTA; this is the measured, tested form.)
+    if constexpr (SHARED_SCALE && !FROM_MEMORY) {  // (the redo goes vector by vector: fewer registers)
+#pragma unroll
+    for (int k0 = 0; k0 < VPT; k0 += 2) {
+        float y[2][8], amax[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int k = k0 + j;
+            const int v = v0 + lane + k * FP4_G;
+            const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
+            uint4 h = make_uint4(0, 0, 0, 0), w = h;
+            if (in_row) {
+                h = PASS2_H(k, v);
+                w = PASS2_W(k, v);
+            }
+            normalise_vector(p, row, v, in_row, h, w, rstd, y[j], amax[j]);
+        }
+        u32 code[2];
+        float inv[2];
+        {
+            // Lanes l and l ^ 1 hold the same two blocks (vectors k0 and k0 + 1):
+            // each computes one block's scale and they swap the results.
+            const bool odd = (lane & 1) != 0;
+            u32 mine_code;
+            float mine_inv;
+            block_scale(odd ? amax[1] : amax[0], gs, mine_code, mine_inv);
+            const u32 other_code = __shfl_xor_sync(0xFFFFFFFFu, mine_code, 1);
+            const float other_inv = __shfl_xor_sync(0xFFFFFFFFu, mine_inv, 1);
+            code[0] = odd ? other_code : mine_code;
+            code[1] = odd ? mine_code : other_code;
+            inv[0] = odd ? other_inv : mine_inv;
+            inv[1] = odd ? mine_inv : other_inv;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            emit_vector(p, row, v0 + lane + (k0 + j) * FP4_G, lane + (k0 + j) * FP4_G < NVC, y[j], amax[j], code[j], inv[j]);
+    }
+    } else {
+#pragma unroll (FROM_MEMORY ? 1 : 1024)  // the redo: one vector at a time
+    for (int k = 0; k < VPT; ++k) {
+        const int v = v0 + lane + k * FP4_G;
+        const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
+        uint4 h = make_uint4(0, 0, 0, 0), w = h;
+        if (in_row) {
+            h = PASS2_H(k, v);
+            w = PASS2_W(k, v);
+        }
+        float y[8], amax;
+        normalise_vector(p, row, v, in_row, h, w, rstd, y, amax);
+        u32 code;
+        float inv;
+        block_scale(amax, gs, code, inv);
+        emit_vector(p, row, v, in_row, y, amax, code, inv);
+    }
+    }
+#undef PASS2_H
+#undef PASS2_W
+}
+
+// The rare row (about one in 10^7) whose f64 sum cannot decide rstd (rstd_checked): its
+// exact sum of squares, and pass 2 again, from memory, where that changes rstd. Called
+// after pass 2 by every thread of the CTA (FP4_C == 1 with several warps per row), of the
+// row's warp (one warp per row), or of the cluster (FP4_C > 1), which sync inside. Out of
+// line, with the parameters read from a shared-memory copy: inlined, this code changed the
+// registers and schedule of the fast path (4096 x 7168: 64 -> 57 registers, 6 % slower).
+__device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, i64 row, int lane, int group, int v0,
+                                             bool live, bool mine_undecided, float rstd, float gs) {
+    const Fp4NormParams& p = *params;
+#if WARPS_PER_ROW == 1 && FP4_C == 1
+#define SQ_SYNC() __syncwarp()
+#else
+#define SQ_SYNC() __syncthreads()
+#endif
+    __shared__ sq_bucket_t sq_buckets[FP4_R][SQ_BUCKETS];
+    __shared__ float rstd_exact_row[FP4_R];
+    sq_bucket_t* buckets = sq_buckets[group];
+    for (int i = lane; i < SQ_BUCKETS; i += FP4_G) buckets[i] = 0;
+    SQ_SYNC();
+    if (live && mine_undecided) {
+        // h re-read from memory (this thread's own pass-1 stores, or x), in a loop
+        // that is not unrolled: registers stay with the fast path.
+        const u16* hrow_again = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
+#pragma unroll 1
+        for (int lv = lane; lv < NVC; lv += FP4_G) sq_buckets_add(buckets, load_vec(hrow_again + (v0 + lv) * 8));
+    }
+#if FP4_C == 1
+    SQ_SYNC();  // every thread's squares are in before one thread reads the buckets
+#else
+    // Each CTA holds the buckets of its part of the row: after a cluster barrier
+    // every CTA adds all parts' buckets (integer adds, any order) into its totals,
+    // and a second barrier keeps every CTA until no peer reads its buckets.
+    __shared__ sq_bucket_t sq_totals[SQ_BUCKETS];
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#pragma unroll 1
+    for (int i = lane; i < SQ_BUCKETS; i += FP4_G) {
+        sq_bucket_t total = 0;
+#pragma unroll 1
+        for (int r = 0; r < FP4_C; ++r) {
+            u32 remote;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(&buckets[i])), "r"(r));
+            sq_bucket_t v;
+            asm volatile("ld.shared::cluster." SQ_LD_TYPE " %0, [%1];" : "=" SQ_RED_ARG(v) : "r"(remote) : "memory");
+            total += v;
+        }
+        sq_totals[i] = total;
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    buckets = sq_totals;
+#endif
+    __shared__ u32 sq_limbs[FP4_R][SQ_LIMBS];
+    if (lane == 0 && live && mine_undecided) rstd_exact_row[group] = rstd_of(sq_buckets_to_f64(buckets, sq_limbs[group]), p.eps);
+    SQ_SYNC();
+    if (live && mine_undecided && __float_as_uint(rstd_exact_row[group]) != __float_as_uint(rstd))
+        pass2_row<true>(p, row, lane, v0, rstd_exact_row[group], gs, nullptr, nullptr);
+#undef SQ_SYNC
 }
 
 // The explicit minimum of one resident CTA per SM matters: without it ptxas trades
@@ -719,11 +984,17 @@ fp4norm_fused(const Fp4NormParams p) {
         // instructions that every warp would otherwise repeat); the others wait at the
         // barrier, leaving their issue slots to the SM's other CTAs.
         __shared__ float rstd_of_row[FP4_R];
+        __shared__ bool undecided_row[FP4_R];
         if (lane < 32) {
             ss = 0.0;
 #pragma unroll
             for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[group][i]);
-            if (lane == 0) rstd_of_row[group] = rstd_of(ss, p.eps);
+            bool undecided;
+            const float r = rstd_checked(ss, p.eps, undecided);
+            if (lane == 0) {
+                rstd_of_row[group] = r;
+                undecided_row[group] = undecided;
+            }
         }
         __syncthreads();
 #else
@@ -785,85 +1056,25 @@ fp4norm_fused(const Fp4NormParams p) {
         for (int r = 0; r < FP4_C; ++r) ss = __dadd_rn(ss, cluster_parts[r]);
 #endif
 
-        if (live) {
 #if RSTD_BY_ONE_WARP
-            const float rstd = rstd_of_row[group];
+        const float rstd = rstd_of_row[group];
+        const bool mine_undecided = undecided_row[group];
+        bool any_undecided = false;  // CTA-uniform: the slow path's barriers are the CTA's
+#pragma unroll
+        for (int i = 0; i < FP4_R; ++i) any_undecided |= undecided_row[i];
 #else
-            const float rstd = rstd_of(ss, p.eps);
-#endif
-#if !HOLD_IN_REGS
-            const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
+        bool mine_undecided;
+        const float rstd = rstd_checked(ss, p.eps, mine_undecided);
+        // Uniform over the threads that sync below: the row's one warp (FP4_C == 1), or the
+        // whole cluster (one row, the same ss in every CTA).
+        const bool any_undecided = mine_undecided;
 #endif
 
-#if HOLD_IN_REGS
-#define PASS2_H(k, v) hv[k]
-#else
-#define PASS2_H(k, v) load_vec(hrow + (v) * 8)
-#endif
+        if (live) {
 #if PREFETCH_W
-#define PASS2_W(k, v) wv[k]
+            pass2_row<false>(p, row, lane, v0, rstd, gs, hv, wv);
 #else
-#define PASS2_W(k, v) load_weight(p.w + (v) * 8)
-#endif
-            // Pass 2: y, block scales, E2M1 codes. With SHARED_SCALE, the y and block maxima
-            // of both vectors come first, then each lane computes one of its pair's two
-            // block scales; otherwise vector by vector (y of one vector live at a time).
-            // (The two loops below repeat the few lines that load a vector's h and w: folding
-            // them into one lambda changed the sm_90 SASS of 356 of the 1089 sweep kernels,
-            // among them those with several rows per CTA; this is the measured, tested form.)
-#if SHARED_SCALE
-#pragma unroll
-            for (int k0 = 0; k0 < VPT; k0 += 2) {
-                float y[2][8], amax[2];
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    const int k = k0 + j;
-                    const int v = v0 + lane + k * FP4_G;
-                    const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
-                    uint4 h = make_uint4(0, 0, 0, 0), w = h;
-                    if (in_row) {
-                        h = PASS2_H(k, v);
-                        w = PASS2_W(k, v);
-                    }
-                    normalise_vector(p, row, v, in_row, h, w, rstd, y[j], amax[j]);
-                }
-                u32 code[2];
-                float inv[2];
-                {
-                    // Lanes l and l ^ 1 hold the same two blocks (vectors k0 and k0 + 1):
-                    // each computes one block's scale and they swap the results.
-                    const bool odd = (lane & 1) != 0;
-                    u32 mine_code;
-                    float mine_inv;
-                    block_scale(odd ? amax[1] : amax[0], gs, mine_code, mine_inv);
-                    const u32 other_code = __shfl_xor_sync(0xFFFFFFFFu, mine_code, 1);
-                    const float other_inv = __shfl_xor_sync(0xFFFFFFFFu, mine_inv, 1);
-                    code[0] = odd ? other_code : mine_code;
-                    code[1] = odd ? mine_code : other_code;
-                    inv[0] = odd ? other_inv : mine_inv;
-                    inv[1] = odd ? mine_inv : other_inv;
-                }
-#pragma unroll
-                for (int j = 0; j < 2; ++j)
-                    emit_vector(p, row, v0 + lane + (k0 + j) * FP4_G, lane + (k0 + j) * FP4_G < NVC, y[j], amax[j], code[j], inv[j]);
-            }
-#else
-#pragma unroll
-            for (int k = 0; k < VPT; ++k) {
-                const int v = v0 + lane + k * FP4_G;
-                const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
-                uint4 h = make_uint4(0, 0, 0, 0), w = h;
-                if (in_row) {
-                    h = PASS2_H(k, v);
-                    w = PASS2_W(k, v);
-                }
-                float y[8], amax;
-                normalise_vector(p, row, v, in_row, h, w, rstd, y, amax);
-                u32 code;
-                float inv;
-                block_scale(amax, gs, code, inv);
-                emit_vector(p, row, v, in_row, y, amax, code, inv);
-            }
+            pass2_row<false>(p, row, lane, v0, rstd, gs, hv, nullptr);
 #endif
         }
 #if FP4_SWIZZLED && !FP4_SWZ_SPLIT
@@ -872,6 +1083,16 @@ fp4norm_fused(const Fp4NormParams p) {
             for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
         }
 #endif
+        if (any_undecided) {
+            __shared__ Fp4NormParams params_copy[FP4_R];
+            if (lane == 0) params_copy[group] = p;
+#if WARPS_PER_ROW == 1 && FP4_C == 1
+            __syncwarp();
+#else
+            __syncthreads();
+#endif
+            exact_sum_redo(&params_copy[group], row, lane, group, v0, live, mine_undecided, rstd, gs);
+        }
     }
 }
 
