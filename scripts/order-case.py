@@ -2,14 +2,12 @@
 
 SPEC.md says ss = sum of f64(h_i)^2 with "the summation order free", but f64 sums of bf16
 squares are not exact in general. On this row (bf16, H = 4096, residual zero, w = 1,
-eps 1e-6) the element-order sum of the CPU reference gives rstd = 3.725231678686214e-09,
-while small squares first -- like the GPU kernel's order for this one-row call (eight CTAs
-of a cluster, 64 threads of one vector each: per-thread sums, warp butterflies, the CTA's
-two warps, the cluster's parts in rank order; emulated in Python, seventh session) -- give
-3.725231456641609e-09, one f32 ulp less (so does the 256-thread order of many rows); with
-the global scale below, block 0's E4M3 scale is then 1.0 (0x38) instead of the reference's
-1.125 (0x39). Not yet run on a GPU: this prints both backends' block-0 scale byte and
-whether all output bytes agree.
+eps 1e-6) the element-order sum gives rstd = 3.725231678686214e-09, while small squares
+first, the GPU kernel's order and the exact sum give 3.725231456641609e-09, one f32 ulp
+less; with the global scale below, block 0's E4M3 scale is then 1.0 (0x38) instead of
+1.125 (0x39). Run on an H200 (2026-11-30): before fp4norm took the exact sum (src/sumsq.rs)
+the CPU reference wrote 0x39 and the GPU 0x38; since, both write 0x38. This prints both
+backends' block-0 scale byte and whether all output bytes agree.
 
     PYTHONPATH=/tmp/pyfp python3 scripts/order-case.py
 """

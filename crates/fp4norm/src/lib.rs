@@ -13,6 +13,8 @@
 //! * [`reference`] — the scalar reference: the spec, step by step.
 //! * `cuda` — the GPU backend (feature `cuda`, on by default; no CUDA needed to build).
 //! * [`codec`], [`layout`] — the number formats and scale layouts every backend shares.
+//! * [`sumsq`] — the row's sum of squares and rstd: the exact sum rounded once, which every
+//!   backend reaches (SPEC.md leaves the order free; this is the one order-free value).
 //!
 //! ```
 //! use fp4norm::{add_rmsnorm_fp4quant, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem, ScaleOut};

@@ -374,7 +374,9 @@ fn measurement_knob<T>(
 ///   except a row of 2048 vectors or more on one CTA, which takes 1024 threads (seventh
 ///   session, 3 rounds, NVFP4 graph µs, 512 -> 1024 threads: 128 x 16384 5.04 -> 4.85,
 ///   100 x 16384 4.98 -> 4.75, 132 x 16384 5.11 -> 4.87, 128 x 32768 8.55 -> 8.32; a row
-///   split over two CTAs keeps 512: 64 x 32768 5.33 against 5.64 µs at 1024).
+///   split over two CTAs keeps 512: 64 x 32768 5.33 against 5.64 µs at 1024; eighth
+///   session, 3 rounds each: 128 x 32768 8.30-8.33 against 8.36-8.66 (NVFP4), 8.49-8.56
+///   against 8.57-8.79 (MXFP4), 100 x 32768 even).
 pub fn launch_shape(
     h: usize,
     block: usize,
