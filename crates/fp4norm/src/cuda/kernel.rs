@@ -282,25 +282,16 @@ impl KernelConfig {
 pub fn force_exact_sumsq_knob() -> bool {
     static KNOB: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *KNOB.get_or_init(|| {
-        measurement_knob(
-            "FP4NORM_FORCE_EXACT_SUMSQ",
-            |raw| match raw {
-                "0" => Some(false),
-                "1" => Some(true),
-                _ => None,
-            },
-            |&on| {
-                format!(
-                    "every row's sum of squares {}",
-                    if on {
-                        "exact"
-                    } else {
-                        "decided where it can be"
-                    }
-                )
-            },
-            "0 or 1",
-        )
+        switch_knob("FP4NORM_FORCE_EXACT_SUMSQ", |on| {
+            format!(
+                "every row's sum of squares {}",
+                if on {
+                    "exact"
+                } else {
+                    "decided where it can be"
+                }
+            )
+        })
         .unwrap_or(false)
     })
 }
@@ -341,6 +332,20 @@ fn measurement_knob<T>(
         None => eprintln!("fp4norm: {name}={raw:?} is not {expected}; ignored"),
     }
     setting
+}
+
+/// A [`measurement_knob`] that is `0` (off) or `1` (on).
+fn switch_knob(name: &str, describe: impl Fn(bool) -> String) -> Option<bool> {
+    measurement_knob(
+        name,
+        |raw| match raw {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        },
+        |&on| describe(on),
+        "0 or 1",
+    )
 }
 
 /// Threads per row, rows per CTA and CTAs per row for `m` rows of `h`
@@ -454,21 +459,12 @@ pub fn launch_shape(
 pub fn swizzle_split_wanted(m: usize, block: usize, pdl_capable: bool) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let knob = *KNOB.get_or_init(|| {
-        measurement_knob(
-            "FP4NORM_SWIZZLE_SPLIT",
-            |raw| match raw {
-                "0" => Some(false),
-                "1" => Some(true),
-                _ => None,
-            },
-            |&on| {
-                format!(
-                    "every swizzled write {}",
-                    if on { "split" } else { "direct" }
-                )
-            },
-            "0 or 1",
-        )
+        switch_knob("FP4NORM_SWIZZLE_SPLIT", |on| {
+            format!(
+                "every swizzled write {}",
+                if on { "split" } else { "direct" }
+            )
+        })
     });
     knob.unwrap_or(pdl_capable && block == 16 && m >= 8192)
 }
