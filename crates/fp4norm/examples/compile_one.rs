@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release -p fp4norm --example compile_one -- ARCH H [OUT.cubin|-] [M] [LAYOUT] [FLAGS]`
 //! ARCH: sm_90, sm_100a, ...; LAYOUT: row-major (default), swizzled, both;
-//! FLAGS, comma-separated: f16, ue8m0 (16-element blocks with UE8M0 scales), y_out.
+//! FLAGS, comma-separated: f16, mxfp4 (32-element blocks, UE8M0), ue8m0 (16-element blocks
+//! with UE8M0 scales), y_out.
 use fp4norm::cuda::{nvrtc, GsMode, KernelConfig};
 use fp4norm::*;
 
@@ -28,7 +29,11 @@ fn main() {
     } else {
         DType::BF16
     };
-    let mut opts = Options::nvfp4();
+    let mut opts = if flags.contains(&"mxfp4") {
+        Options::mxfp4()
+    } else {
+        Options::nvfp4()
+    };
     if flags.contains(&"ue8m0") {
         opts.format.scale = ScaleFormat::UE8M0;
     }
