@@ -139,6 +139,28 @@ def test_identical_to_cpu(case):
         assert same_values(d_c, d_g), "dequantize differs"
 
 
+@pytest.mark.parametrize("m", [1, 16, 300])
+def test_sum_of_squares_order_case(m):
+    """The row of scripts/order-case.py, whose block-0 scale depends on the summation order
+    of the f64 sum of squares (0x39 in element order, 0x38 for the exact sum fp4norm takes),
+    at a cluster launch (M = 1), 16 rows and one CTA per row; each row rotated so that its
+    large values sit in other threads. The GPU must write the CPU's bytes."""
+    h = 4096
+    x = torch.full((m, h), 181.0)
+    for i in range(m):
+        for j, v in enumerate([2.0**34, 96468992.0, 468992.0]):
+            x[i, (37 * i + j) % h] = v
+    x = x.to(torch.bfloat16)
+    w = torch.ones(h, dtype=torch.bfloat16)
+    gs = torch.tensor([0x3DCC00D3], dtype=torch.int32).view(torch.float32)
+    cpu = fp4norm.add_rmsnorm_fp4quant(x, torch.zeros_like(x), w, global_scale=gs)
+    gpu = fp4norm.add_rmsnorm_fp4quant(gpu_copy(x), torch.zeros_like(x, device=DEV), gpu_copy(w), global_scale=gpu_copy(gs))
+    torch.cuda.synchronize()
+    assert int(cpu[1].view(torch.uint8)[0, 0]) == 0x38
+    for a, b in zip(cpu, gpu):
+        assert same(a, b)
+
+
 def test_auto_vs_preallocated_and_3d():
     b, s, h = 3, 50, 2048
     x, r, w = data(b * s, h, torch.bfloat16, seed=3, lead=(b, s))
