@@ -810,7 +810,7 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
 #undef PASS2_W
 }
 
-// The rare row (about one in 10^7) whose f64 sum cannot decide rstd (rstd_checked): its
+// The rare row (fewer than one in 10^6) whose f64 sum cannot decide rstd (rstd_checked): its
 // exact sum of squares, and pass 2 again, from memory, where that changes rstd. Called
 // after pass 2 by every thread of the CTA (FP4_C == 1 with several warps per row), of the
 // row's warp (one warp per row), or of the cluster (FP4_C > 1), which sync inside. Out of
