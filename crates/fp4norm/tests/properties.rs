@@ -383,8 +383,10 @@ fn model(
                 xi
             };
         }
-        // 2.–3. ss in f64 (sequential), rstd = RN32(1/sqrt(ss/H + eps)).
-        let ss: f64 = hv.iter().map(|&v| dt.to_f32(v) as f64).map(|v| v * v).sum();
+        // 2.–3. ss = the exact sum of the squares rounded once (src/sumsq.rs's reading of
+        // SPEC.md's free order), here by Shewchuk's algorithm (fsum_model) rather than the
+        // crate's integer limbs; rstd = RN32(1/sqrt(ss/H + eps)).
+        let ss = fsum_model(hv.iter().map(|&v| dt.to_f32(v) as f64).map(|v| v * v));
         let rstd = (1.0 / (ss / h as f64 + c.eps as f64).sqrt()) as f32;
         // 4. y = RN32(RN32(h · rstd) · w).
         for i in 0..h {
@@ -721,4 +723,85 @@ proptest! {
     fn small_shapes_cpu_equals_reference_equals_spec(c in case_strategy(140, 9, false)) {
         check_case(&c)?;
     }
+}
+
+/// The correctly rounded sum of nonnegative finite f64 terms (or NaN / +Inf if any term is),
+/// by Shewchuk's exact partials with round-half-even across them: CPython's `math.fsum`,
+/// an algorithm independent of the crate's `sumsq::exact_sum_of_squares`.
+fn fsum_model(terms: impl Iterator<Item = f64>) -> f64 {
+    let mut partials: Vec<f64> = Vec::new();
+    let mut special = 0.0f64;
+    for mut x in terms {
+        if !x.is_finite() {
+            special += x; // NaN stays NaN, Inf + Inf = Inf
+            continue;
+        }
+        let mut i = 0;
+        for j in 0..partials.len() {
+            let mut y = partials[j];
+            if x.abs() < y.abs() {
+                std::mem::swap(&mut x, &mut y);
+            }
+            let hi = x + y;
+            let lo = y - (hi - x);
+            if lo != 0.0 {
+                partials[i] = lo;
+                i += 1;
+            }
+            x = hi;
+        }
+        partials.truncate(i);
+        partials.push(x);
+    }
+    if special != 0.0 || special.is_nan() {
+        return special;
+    }
+    let mut n = partials.len();
+    if n == 0 {
+        return 0.0;
+    }
+    n -= 1;
+    let mut hi = partials[n];
+    let mut lo = 0.0;
+    while n > 0 {
+        let x = hi;
+        n -= 1;
+        let y = partials[n];
+        hi = x + y;
+        let yr = hi - x;
+        lo = y - yr;
+        if lo != 0.0 {
+            break;
+        }
+    }
+    if n > 0 && ((lo < 0.0 && partials[n - 1] < 0.0) || (lo > 0.0 && partials[n - 1] > 0.0)) {
+        let y = lo * 2.0;
+        let x = hi + y;
+        if y == x - hi {
+            hi = x;
+        }
+    }
+    hi
+}
+
+/// The model's sum itself, on sums worked out by hand: a tie to even, a tie broken by a
+/// later tiny term, a tie to the odd neighbour's even side, and exact small sums.
+#[test]
+fn fsum_model_rounds_once() {
+    let p60 = 2f64.powi(60);
+    assert_eq!(fsum_model([p60, 64.0, 64.0].into_iter()), p60);
+    assert_eq!(
+        fsum_model([p60, 64.0, 64.0, 2f64.powi(-120)].into_iter()),
+        p60 + 256.0
+    );
+    assert_eq!(
+        fsum_model([p60, 256.0, 64.0, 64.0].into_iter()),
+        p60 + 512.0
+    );
+    assert_eq!(fsum_model([0.25, 1.0, 4.0].into_iter()), 5.25);
+    assert_eq!(fsum_model(std::iter::empty()), 0.0);
+    assert!(fsum_model([1.0, f64::NAN].into_iter()).is_nan());
+    assert_eq!(fsum_model([1.0, f64::INFINITY].into_iter()), f64::INFINITY);
+    // Element order drops each 64 on its own; the model does not.
+    assert_eq!([p60, 64.0, 64.0, 2f64.powi(-120)].iter().sum::<f64>(), p60);
 }
