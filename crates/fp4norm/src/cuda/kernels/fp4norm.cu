@@ -863,7 +863,9 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, i64 row
     __shared__ u32 sq_limbs[FP4_R][SQ_LIMBS];
     if (lane == 0 && live && mine_undecided) rstd_exact_row[group] = rstd_of(sq_buckets_to_f64(buckets, sq_limbs[group]), p.eps);
     SQ_SYNC();
-    if (live && mine_undecided && __float_as_uint(rstd_exact_row[group]) != __float_as_uint(rstd))
+    // (Under FP4_FORCE_EXACT_SUMSQ pass 2 ran with a wrong rstd: the redo always runs, so
+    // the tests see it rewrite every byte.)
+    if (live && mine_undecided && (FP4_FORCE_EXACT_SUMSQ || __float_as_uint(rstd_exact_row[group]) != __float_as_uint(rstd)))
         pass2_row<true>(p, row, lane, v0, rstd_exact_row[group], gs, nullptr, nullptr);
 #undef SQ_SYNC
 }
@@ -1071,10 +1073,14 @@ fp4norm_fused(const Fp4NormParams p) {
 #endif
 
         if (live) {
+            // FP4_FORCE_EXACT_SUMSQ (a test knob): pass 2 writes bytes from a wrong rstd
+            // (1.5 x) wherever the exact path will run, so that a redo which misses a byte
+            // fails the tests. Constant-folded away otherwise.
+            const float rstd_pass2 = (FP4_FORCE_EXACT_SUMSQ && mine_undecided) ? __fmul_rn(rstd, 1.5f) : rstd;
 #if PREFETCH_W
-            pass2_row<false>(p, row, lane, v0, rstd, gs, hv, wv);
+            pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, wv);
 #else
-            pass2_row<false>(p, row, lane, v0, rstd, gs, hv, nullptr);
+            pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, nullptr);
 #endif
         }
 #if FP4_SWIZZLED && !FP4_SWZ_SPLIT
