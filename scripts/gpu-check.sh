@@ -60,9 +60,10 @@ if [[ " $modes " == *" tune "* ]]; then
 fi
 
 if has exactpath; then
-  # The exact sum of squares (kernel: rstd_checked / the slow path) is taken by about one
-  # row in 10^7; FP4NORM_FORCE_EXACT_SUMSQ=1 sends every row through it, so the sweep checks
-  # that path byte for byte in every launch shape (kernels compiled here by NVRTC).
+  # The exact sum of squares (kernel: rstd_checked / exact_sum_redo) is taken by fewer than
+  # one row in 10^6; FP4NORM_FORCE_EXACT_SUMSQ=1 sends every row through it and through the
+  # redo of pass 2 (pass 2 first writes from a wrong rstd), so the sweep checks that path
+  # byte for byte in every launch shape (kernels compiled here by NVRTC).
   echo "== exact-sum path forced on every row (sweep + edge cases)"
   start=$(date +%s)
   FP4NORM_FORCE_EXACT_SUMSQ=1 FP4NORM_CACHE_DIR=/tmp/kcache-exact "$bin/gpu" --test-threads=4 gpu_edge_cases gpu_sweep 2>&1 | tee "$out/exactpath.log" | grep -E "^FAIL|test result|panicked" | head -20
