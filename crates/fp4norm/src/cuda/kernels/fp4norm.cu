@@ -734,6 +734,11 @@ __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, i
     return h;
 }
 
+// Row `row` of h after pass 1: the residual it was written back to, or x without one.
+__device__ __forceinline__ const u16* h_row(const Fp4NormParams& p, i64 row) {
+    return FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
+}
+
 // Pass 2 of one row: y, block scales, E2M1 codes, from rstd. FROM_MEMORY: h and w
 // re-read from memory (the redo of a row whose exact sum of squares changed rstd);
 // otherwise as pass 1 left them (hv, wv: registers once inlined, constant indices).
@@ -743,7 +748,7 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
 
     // h as held in registers, or re-read from the residual (or x) this thread wrote in
     // pass 1; w as prefetched, or loaded.
-    const u16* hrow = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
+    const u16* hrow = h_row(p, row);
 #define PASS2_H(k, v) ((HOLD_IN_REGS && !FROM_MEMORY) ? hv[k] : load_vec(hrow + (v) * 8))
 #define PASS2_W(k, v) ((PREFETCH_W && !FROM_MEMORY) ? wv[k] : load_weight(p.w + (v) * 8))
     // Pass 2: y, block scales, E2M1 codes. With SHARED_SCALE, the y and block maxima
@@ -832,7 +837,7 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, i64 row
     if (live && mine_undecided) {
         // h re-read from memory (this thread's own pass-1 stores, or x), in a loop
         // that is not unrolled: registers stay with the fast path.
-        const u16* hrow_again = FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
+        const u16* hrow_again = h_row(p, row);
 #pragma unroll 1
         for (int lv = lane; lv < NVC; lv += FP4_G) sq_buckets_add(buckets, load_vec(hrow_again + (v0 + lv) * 8));
     }
