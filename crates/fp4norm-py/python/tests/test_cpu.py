@@ -106,7 +106,11 @@ def test_sum_of_squares_order_case():
     squares = [float(v) ** 2 for v in x[0].astype(np.float64)]
     eps = float(np.float32(1e-6))
     exact = np.float32(1.0 / math.sqrt(math.fsum(squares) / h + eps))
-    element_order = np.float32(1.0 / math.sqrt(sum(squares) / h + eps))
+    # Left to right, one f64 rounding per add (not sum(): from Python 3.12 it compensates).
+    element_order_sum = 0.0
+    for square in squares:
+        element_order_sum += square
+    element_order = np.float32(1.0 / math.sqrt(element_order_sum / h + eps))
     assert exact != element_order  # the row still separates the two readings
     gs = np.array([0x3DCC00D3], np.uint32).view(np.float32)
     q, sf = fp4norm.add_rmsnorm_fp4quant(x, np.zeros((1, h), bf), np.ones(h, bf), global_scale=gs)
