@@ -819,11 +819,25 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
 // exact sum of squares, and pass 2 again, from memory, where that changes rstd. Called
 // after pass 2 by every thread of the CTA (FP4_C == 1 with several warps per row), of the
 // row's warp (one warp per row), or of the cluster (FP4_C > 1), which sync inside. Out of
-// line, with the parameters read from a shared-memory copy: inlined, this code changed the
-// registers and schedule of the fast path (4096 x 7168: 64 -> 57 registers, 6 % slower).
-__device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, i64 row, int lane, int group, int v0,
-                                             bool live, bool mine_undecided, float rstd, float gs) {
-    const Fp4NormParams& p = *params;
+// line (inlined, it changed the registers and schedule of the fast path: 4096 x 7168
+// 64 -> 57 registers, 6 % slower), with few arguments: the parameters by address
+// (__grid_constant__: no copy), the row's place recomputed here. (With the parameters
+// copied to shared memory by the caller, 1024 x 4096 MXFP4 took 51 registers instead of
+// 47: four resident CTAs instead of five, 3.5 % slower on the H200.)
+__device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float rstd, float gs, bool live,
+                                            bool mine_undecided) {
+    const Fp4NormParams& p = *params;  // the kernel's own parameters (__grid_constant__)
+    const int lane = threadIdx.x % FP4_G;
+    const int group = threadIdx.x / FP4_G;
+#if FP4_C > 1
+    u32 rank;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    const i64 row = (i64)blockIdx.x / FP4_C;
+    const int v0 = (int)rank * NVC;
+#else
+    const i64 row = (i64)blockIdx.x * FP4_R + group;
+    const int v0 = 0;
+#endif
 #if WARPS_PER_ROW == 1 && FP4_C == 1
 #define SQ_SYNC() __syncwarp()
 #else
@@ -875,16 +889,26 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, i64 row
 #undef SQ_SYNC
 }
 
-// The explicit minimum of one resident CTA per SM matters: without it ptxas trades
+// The explicit minimum of resident CTAs per SM matters: without it ptxas trades
 // registers for occupancy and sinks some of pass 1's loads below the first arithmetic,
 // so fewer loads are in flight (measured on the H200: 94 % -> 86 % of copy at
 // 16384 x 16384, with 56 -> 43 registers and no gain in resident CTAs). 512-thread CTAs
 // ask for two: at 66 registers (f16 NVFP4, H = 32768) only one fits, and that shape
-// measured 80 % of copy against 91 % for its 64-register MXFP4 twin. (Not for the
-// element-wise fallback: at 64 registers some of its f16 H = 32768 kernels spill.)
-#define MIN_CTAS_PER_SM ((FP4_G * FP4_R == 512 && FP4_VEC_ALIGNED) ? 2 : 1)
+// measured 80 % of copy against 91 % for its 64-register MXFP4 twin. 256- and 128-thread
+// CTAs ask for five and ten (at most 48 registers): 49-56 registers allocate as 56, one
+// resident CTA fewer, and 1024 x 4096 MXFP4 at 51 registers measured 3.5 % slower than at
+// 47 (H200, eighth session). Bounded (no kernel spills), with the __grid_constant__
+// parameter: 0.7-2.5 % faster at M >= 8192 in the ninth session's A/B, 1.4-1.6 % slower
+// at 1024 x 4096 NVFP4 and 4096 x 5120 MXFP4 (BENCHMARKS.md). (Not for the element-wise
+// fallback: at 64 registers some of its f16 H = 32768 kernels spill.)
+#define MIN_CTAS_PER_SM                                               \
+    (!FP4_VEC_ALIGNED              ? 1                                \
+     : FP4_G * FP4_R == 512        ? 2                                \
+     : FP4_G * FP4_R == 256        ? 5                                \
+     : FP4_G * FP4_R == 128        ? 10                               \
+                                   : 1)
 extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R, MIN_CTAS_PER_SM)
-fp4norm_fused(const Fp4NormParams p) {
+fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
     const int lane = threadIdx.x % FP4_G;
     const int group = threadIdx.x / FP4_G;
 #if FP4_C > 1
@@ -1095,14 +1119,7 @@ fp4norm_fused(const Fp4NormParams p) {
         }
 #endif
         if (any_undecided) {
-            __shared__ Fp4NormParams params_copy[FP4_R];
-            if (lane == 0) params_copy[group] = p;
-#if WARPS_PER_ROW == 1 && FP4_C == 1
-            __syncwarp();
-#else
-            __syncthreads();
-#endif
-            exact_sum_redo(&params_copy[group], row, lane, group, v0, live, mine_undecided, rstd, gs);
+            exact_sum_redo(&p, rstd, gs, live, mine_undecided);
         }
     }
 }
