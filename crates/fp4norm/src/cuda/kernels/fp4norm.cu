@@ -815,6 +815,32 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
 #undef PASS2_W
 }
 
+// Where this thread works: its lane in the row's thread group, its group (row) in the CTA,
+// the row, and (clusters split a row over CTAs) the CTA's rank and first vector of the row.
+// One definition for the kernel and for exact_sum_redo, which recomputes it rather than
+// take it as arguments (registers: see there).
+struct RowPlace {
+    int lane, group;
+    i64 row;
+    u32 rank;
+    int v0;
+};
+__device__ __forceinline__ RowPlace row_place() {
+    RowPlace at;
+    at.lane = threadIdx.x % FP4_G;
+    at.group = threadIdx.x / FP4_G;
+#if FP4_C > 1
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(at.rank));
+    at.row = (i64)blockIdx.x / FP4_C;
+    at.v0 = (int)at.rank * NVC;
+#else
+    at.rank = 0;
+    at.row = (i64)blockIdx.x * FP4_R + at.group;
+    at.v0 = 0;
+#endif
+    return at;
+}
+
 // The rare row (fewer than one in 10^6) whose f64 sum cannot decide rstd (rstd_checked): its
 // exact sum of squares, and pass 2 again, from memory, where that changes rstd. Called
 // after pass 2 by every thread of the CTA (FP4_C == 1 with several warps per row), of the
@@ -827,17 +853,9 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
 __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float rstd, float gs, bool live,
                                             bool mine_undecided) {
     const Fp4NormParams& p = *params;  // the kernel's own parameters (__grid_constant__)
-    const int lane = threadIdx.x % FP4_G;
-    const int group = threadIdx.x / FP4_G;
-#if FP4_C > 1
-    u32 rank;
-    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    const i64 row = (i64)blockIdx.x / FP4_C;
-    const int v0 = (int)rank * NVC;
-#else
-    const i64 row = (i64)blockIdx.x * FP4_R + group;
-    const int v0 = 0;
-#endif
+    const RowPlace at = row_place();
+    const int lane = at.lane, group = at.group, v0 = at.v0;
+    const i64 row = at.row;
 #if WARPS_PER_ROW == 1 && FP4_C == 1
 #define SQ_SYNC() __syncwarp()
 #else
@@ -909,16 +927,11 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float r
                                    : 1)
 extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R, MIN_CTAS_PER_SM)
 fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
-    const int lane = threadIdx.x % FP4_G;
-    const int group = threadIdx.x / FP4_G;
+    const RowPlace at = row_place();
+    const int lane = at.lane, group = at.group, v0 = at.v0;
+    const i64 row = at.row;
 #if FP4_C > 1
-    u32 rank;
-    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    const i64 row = (i64)blockIdx.x / FP4_C;
-    const int v0 = (int)rank * NVC;  // this CTA's first vector of the row
-#else
-    const i64 row = (i64)blockIdx.x * FP4_R + group;
-    const int v0 = 0;
+    const u32 rank = at.rank;
 #endif
 
 #if __CUDA_ARCH__ >= 900
