@@ -3,15 +3,26 @@
 //! `cuobjdump -sass`). Needs NVRTC, no GPU.
 //!
 //! `cargo run --release -p fp4norm --example compile_one -- ARCH H [OUT.cubin|-] [M] [LAYOUT] [FLAGS]`
-//! ARCH: sm_90, sm_100a, ...; LAYOUT: row-major (default), swizzled, both;
+//! ARCH: sm_90, sm_100a, ...; H: the hidden size, or `codec` for the codec self-check
+//! kernel (the other arguments but OUT are then ignored); LAYOUT: row-major (default),
+//! swizzled, both;
 //! FLAGS, comma-separated: f16, mxfp4 (32-element blocks, UE8M0), ue8m0 (16-element blocks
 //! with UE8M0 scales), y_out.
-use fp4norm::cuda::{nvrtc, GsMode, KernelConfig};
+use fp4norm::cuda::{nvrtc, GsMode, KernelConfig, KernelKind};
 use fp4norm::*;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arch = args.get(1).map(|s| s.as_str()).unwrap_or("sm_90");
+    if args.get(2).map(|s| s.as_str()) == Some("codec") {
+        compile_and_report(
+            &KernelConfig::shapeless(KernelKind::CodecCheck),
+            arch,
+            "fp4norm_codec_check",
+            args.get(3).filter(|s| s.as_str() != "-"),
+        );
+        return;
+    }
     let h: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4096);
     let out = args.get(3).filter(|s| s.as_str() != "-");
     let m: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(16384);
@@ -48,6 +59,10 @@ fn main() {
     let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, true, hw_e2m1, 132, true);
     // As Gpu::new does on an H200: sm_90 kernels without the NaN fix-up.
     cfg.hw_canonical_nan = arch == "sm_90";
+    compile_and_report(&cfg, arch, "fp4norm_fused", out);
+}
+
+fn compile_and_report(cfg: &KernelConfig, arch: &str, entry: &str, out: Option<&String>) {
     match nvrtc::compile(
         &cfg.source().unwrap_or_else(|e| {
             eprintln!("{e}");
@@ -58,7 +73,7 @@ fn main() {
     ) {
         Ok(c) => {
             println!("{}", cfg.describe());
-            println!("{:?}", nvrtc::resource_usage(&c.log, "fp4norm_fused"));
+            println!("{:?}", nvrtc::resource_usage(&c.log, entry));
             if let Some(out) = out {
                 std::fs::write(out, &c.cubin).expect("writing the cubin");
             }
