@@ -1274,6 +1274,25 @@ extern "C" __global__ void __launch_bounds__(512) fp4norm_copy(const uint4* __re
 // [8] lowest mismatching input. The host zeroes [0], [2], [4], [6], [7] and sets [1], [3],
 // [5], [8] to ~0.
 #if FP4_KIND == 3
+// One group of eight values (none NaN) through both fast E2M1 encoders against the literal
+// one: the clamped encoder on the values as given, the unclamped one on those below 7 (the
+// others as +0, as it is never used on them). A mismatch counts in result[0], the group's
+// first input in result[1].
+__device__ __forceinline__ void check_e2m1_group(const float (&p)[8], u64 base, u32* result) {
+    float below7[8];
+    u32 want = 0, want7 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        below7[i] = (fabsf(p[i]) < 7.0f) ? p[i] : 0.0f;
+        want |= e2m1_encode_sw(p[i]) << (4 * i);
+        want7 |= e2m1_encode_sw(below7[i]) << (4 * i);
+    }
+    if (e2m1_pack8_fast<false>(p) != want || e2m1_pack8_fast<true>(below7) != want7) {
+        atomicAdd(&result[0], 1u);
+        atomicMin(&result[1], (u32)base);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* result) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // as in fp4norm_dequant
@@ -1284,7 +1303,6 @@ extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* resul
     for (u64 base = first; base < (1ull << 32); base += stride) {
         ++groups;
         float p[8];
-        u32 want = 0;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const u32 bits = (u32)(base + i);
@@ -1299,76 +1317,34 @@ extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* resul
                 atomicAdd(&result[7], 1u);
                 atomicMin(&result[8], bits);
             }
-            // E2M1: the fast encoder is only used on values that are not NaN (NaN lanes
+            // E2M1: the fast encoders are only used on values that are not NaN (NaN lanes
             // of a group are checked as +0 instead).
             p[i] = (v != v) ? 0.0f : v;
-            want |= e2m1_encode_sw(p[i]) << (4 * i);
         }
-        if (e2m1_pack8_fast<false>(p) != want) {
-            atomicAdd(&result[0], 1u);
-            atomicMin(&result[1], (u32)base);
-        }
-        // The unclamped encoder, on the values it is used for (|v| < 7; others as +0).
-        float p7[8];
-        u32 want7 = 0;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            p7[i] = (fabsf(p[i]) < 7.0f) ? p[i] : 0.0f;
-            want7 |= e2m1_encode_sw(p7[i]) << (4 * i);
-        }
-        if (e2m1_pack8_fast<true>(p7) != want7) {
-            atomicAdd(&result[0], 1u);
-            atomicMin(&result[1], (u32)base);
-        }
+        check_e2m1_group(p, base, result);
         // The same values with mixed signs (a pattern varying from group to group: the
         // eight patterns of a group share their sign bit), for the sign packing.
         const u32 flips = ((u32)(base >> 3) * 0x9E3779B9u) >> 24;
-        u32 want_mixed = 0;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            p[i] = __uint_as_float(__float_as_uint(p[i]) ^ (((flips >> i) & 1u) << 31));
-            want_mixed |= e2m1_encode_sw(p[i]) << (4 * i);
-        }
-        if (e2m1_pack8_fast<false>(p) != want_mixed) {
-            atomicAdd(&result[0], 1u);
-            atomicMin(&result[1], (u32)base);
-        }
-        want_mixed = 0;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            p[i] = (fabsf(p[i]) < 7.0f) ? p[i] : 0.0f;
-            want_mixed |= e2m1_encode_sw(p[i]) << (4 * i);
-        }
-        if (e2m1_pack8_fast<true>(p) != want_mixed) {
-            atomicAdd(&result[0], 1u);
-            atomicMin(&result[1], (u32)base);
-        }
+        for (int i = 0; i < 8; ++i) p[i] = __uint_as_float(__float_as_uint(p[i]) ^ (((flips >> i) & 1u) << 31));
+        check_e2m1_group(p, base, result);
         // Groups of eight independent values: the groups above hold neighbouring bit
         // patterns, almost all of one code, so they would not see codes packed into the
-        // wrong nibbles. Each position takes one of 16 values covering every code and the
-        // ties (and, for the clamped encoder, two from 7 up), with its own sign, chosen by
-        // a hash of the group.
+        // wrong nibbles. Each position takes one of 16 values, with its own sign, chosen by a
+        // hash of the group: every code and every tie below 7, and two values from 7 up
+        // (the unclamped encoder sees those as +0).
         const u32 pick = ((u32)(base >> 3) ^ 0x5BD1E995u) * 0x9E3779B9u;
         const u32 pick_signs = (pick * 0x85EBCA6Bu) ^ (pick >> 13);
-        float mixed[8], mixed7[8];
-        u32 want_indep = 0, want_indep7 = 0;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const u32 k = (pick >> (4 * i)) & 15u;
-            const float mag7 = k == 0 ? 0.0f : k == 1 ? 0.25f : k == 2 ? 0.2500001f : k == 3 ? 0.75f
-                             : k == 4 ? 0.7499999f : k == 5 ? 1.25f : k == 6 ? 1.5f : k == 7 ? 1.75f
-                             : k == 8 ? 2.0f : k == 9 ? 2.5f : k == 10 ? 3.0f : k == 11 ? 3.5f
-                             : k == 12 ? 4.0f : k == 13 ? 5.0f : k == 14 ? 5.0000005f : 6.9999995f;
-            const float sign = ((pick_signs >> i) & 1u) ? -1.0f : 1.0f;
-            mixed7[i] = sign * mag7;
-            mixed[i] = sign * (k == 6 ? 7.0f : k == 10 ? 1.0e30f : mag7);
-            want_indep7 |= e2m1_encode_sw(mixed7[i]) << (4 * i);
-            want_indep |= e2m1_encode_sw(mixed[i]) << (4 * i);
+            const float mag = k == 0 ? 0.0f : k == 1 ? 0.25f : k == 2 ? 0.2500001f : k == 3 ? 0.75f
+                            : k == 4 ? 0.7499999f : k == 5 ? 1.25f : k == 6 ? 1.5f : k == 7 ? 1.75f
+                            : k == 8 ? 7.0f : k == 9 ? 2.5f : k == 10 ? 3.0f : k == 11 ? 3.5f
+                            : k == 12 ? 1.0e30f : k == 13 ? 5.0f : k == 14 ? 5.0000005f : 6.9999995f;
+            p[i] = ((pick_signs >> i) & 1u) ? -mag : mag;
         }
-        if (e2m1_pack8_fast<true>(mixed7) != want_indep7 || e2m1_pack8_fast<false>(mixed) != want_indep) {
-            atomicAdd(&result[0], 1u);
-            atomicMin(&result[1], (u32)base);
-        }
+        check_e2m1_group(p, base, result);
     }
     atomicAdd(&result[6], groups);
     if (first == 0) {
