@@ -161,22 +161,6 @@ __device__ __forceinline__ u32 e2m1_encode_sw(float v) {
     return (v != v) ? 0x7u : (mag | sign);
 }
 
-// E2M1 magnitude code (0..7) of a = |v| for v not NaN, by rounding with the FPU: the
-// E2M1 grid has spacing s = 0.5 on [0, 2), 1 on [2, 4) and 2 on [4, 6]; adding
-// C = s * 2^23 makes the f32 adder round a to a multiple of s, ties to even (an even
-// multiple is an even code), and the ulps above C count the grid steps. C is the binade
-// of max(a, 1) times 2^22, taken from its exponent bits; each binade above [1, 2) adds 2
-// to the code. |v| is clamped to 6 first (every value from 6 up encodes as 6: code 7).
-// Seven instructions (FMNMX, FMNMX, LOP3, IADD, FADD, LEA.HI, IADD3); checked against
-// e2m1_encode_sw on every f32 by the codec self-check kernel (FP4_KIND 3).
-__device__ __forceinline__ u32 e2m1_magnitude_fast(float v) {
-    const float a = fminf(fabsf(v), 6.0f);
-    const u32 e = __float_as_uint(fmaxf(a, 1.0f)) & 0x7F800000u;  // binade of max(a, 1)
-    const u32 c_bits = e + (22u << 23);                              // C = 2^(E - 105)
-    const u32 t = __float_as_uint(__fadd_rn(a, __uint_as_float(c_bits)));
-    return t - c_bits + ((e >> 22) - 254u);                           // steps + 2 (E - 127)
-}
-
 // Byte-wise select (PTX prmt): byte i of the result is chosen by nibble i of sel from the
 // eight bytes of {b, a} (a: 0-3, b: 4-7); a nibble with bit 3 set replicates that byte's
 // sign bit over the whole result byte.
@@ -197,39 +181,35 @@ __device__ __forceinline__ u32 sign_nibbles8(const float (&p)[8]) {
     return (even & 0x08080808u) | (odd & 0x80808080u);
 }
 
-// Eight E2M1 codes, nibble i = p[i], for values none of which is NaN. BELOW_7: the caller
-// knows that every |p[i]| < 7 (e2m1_pack8), and the codes cost five instructions per value
-// and two per value to pack, instead of seven and about two (the H200, tenth session, two
-// A/B runs: 1024 x 4096 and 1024 x 8192 5-6 % faster, 128 x 8192 3-4 %, 4096 x 5120 2-3 %,
-// 16384 x 8192 1-1.6 %, the other large shapes within 0.5 %; BENCHMARKS.md). Both forms
-// are checked against e2m1_encode_sw on every f32 they are used for by the codec
-// self-check kernel (FP4_KIND 3).
+// Eight E2M1 codes, nibble i = p[i], for values none of which is NaN, by rounding with the
+// FPU: the E2M1 grid has spacing s = 0.5 on [0, 2), 1 on [2, 4) and 2 on [4, 6]; adding
+// C = s * 2^23 makes the f32 adder round a = |p[i]| to a multiple of s, ties to even (an
+// even multiple is an even code). C is the binade of max(a, 1) times 2^22, taken from its
+// exponent bits, plus 6 ulps: the result t then holds 6 + k in its low bits (k the grid
+// steps; 6 is even, so ties still go to an even k) and 2 (E + 22) in t >> 22, so
+// t + (t >> 22) is k + 2 (E - 127) + 304, the code plus 19 x 16: its low nibble is the
+// code. Byte selects gather the eight low bytes; one select of nibbles packs them.
+// a is clamped to 6 first (every value from 6 up encodes as 6: code 7) unless BELOW_7: the
+// caller knows that every |p[i]| < 7 (e2m1_pack8), where the rounding alone gives code 7 on
+// [6, 7). Five instructions per value and two per value to pack (the unclamped form and
+// the byte gather against the earlier seven and about two: the H200, tenth session, two A/B
+// runs: 1024 x 4096 and 1024 x 8192 5-6 % faster, 128 x 8192 3-4 %, 4096 x 5120 2-3 %,
+// 16384 x 8192 1-1.6 %, the other large shapes within 0.5 %; BENCHMARKS.md). Both forms are
+// checked against e2m1_encode_sw on every f32 they are used for by the codec self-check
+// kernel (FP4_KIND 3), and their arithmetic on the host by scripts/e2m1-below7-check.c.
 template <bool BELOW_7>
 __device__ __forceinline__ u32 e2m1_pack8_fast(const float (&p)[8]) {
-    if constexpr (!BELOW_7) {
-        u32 mags = 0;
+    u32 u[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) mags |= e2m1_magnitude_fast(p[i]) << (4 * i);
-        return mags | sign_nibbles8(p);
-    } else {
-        // e2m1_magnitude_fast's rounding without the clamp (on [6, 7) the adder rounds
-        // a / 2 down to 3, code 7), with C + 6 ulps added instead of C: the result t then
-        // holds 6 + k in its low bits (k the grid steps; 6 is even, so ties still go to an
-        // even k) and 2 (E + 22) in t >> 22, so t + (t >> 22) is k + 2 (E - 127) + 304, the
-        // code plus 19 x 16: its low nibble is the code. Byte selects gather the eight low
-        // bytes; one select of nibbles packs them.
-        u32 u[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const float a = fabsf(p[i]);
-            const u32 e = __float_as_uint(fmaxf(a, 1.0f)) & 0x7F800000u;
-            const u32 t = __float_as_uint(__fadd_rn(a, __uint_as_float(e + ((22u << 23) + 6u))));
-            u[i] = t + (t >> 22);
-        }
-        const u32 even = prmt(prmt(u[0], u[2], 0x0040u), prmt(u[4], u[6], 0x4000u), 0x7610u);
-        const u32 odd = prmt(prmt(u[1], u[3], 0x0040u), prmt(u[5], u[7], 0x4000u), 0x7610u);
-        return (even & 0x0F0F0F0Fu) | ((odd << 4) & 0xF0F0F0F0u) | sign_nibbles8(p);
+    for (int i = 0; i < 8; ++i) {
+        const float a = BELOW_7 ? fabsf(p[i]) : fminf(fabsf(p[i]), 6.0f);
+        const u32 e = __float_as_uint(fmaxf(a, 1.0f)) & 0x7F800000u;
+        const u32 t = __float_as_uint(__fadd_rn(a, __uint_as_float(e + ((22u << 23) + 6u))));
+        u[i] = t + (t >> 22);
     }
+    const u32 even = prmt(prmt(u[0], u[2], 0x0040u), prmt(u[4], u[6], 0x4000u), 0x7610u);
+    const u32 odd = prmt(prmt(u[1], u[3], 0x0040u), prmt(u[5], u[7], 0x4000u), 0x7610u);
+    return (even & 0x0F0F0F0Fu) | ((odd << 4) & 0xF0F0F0F0u) | sign_nibbles8(p);
 }
 
 // Eight products y[i] * inv to eight E2M1 codes, nibble i at bits 4i.
