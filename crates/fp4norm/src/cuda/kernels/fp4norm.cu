@@ -692,32 +692,31 @@ __device__ __forceinline__ void normalise_vector(const Fp4NormParams& p, i64 row
 }
 
 // Pass 2 of one vector, part 2: its E2M1 codes and, from the block's first lane, the block's
-// scale code(s). Every lane of the warp calls it (the swizzled word is gathered by shuffles).
+// scale code(s), at q_at, sf_at and sw_at (pass2_row computes them). Every lane of the warp
+// calls it (the swizzled word is gathered by shuffles).
 __device__ __forceinline__ void emit_vector(const Fp4NormParams& p, i64 row, int v, bool in_row, const float (&y)[8],
-                                            float amax, u32 code, float inv) {
+                                            float amax, u32 code, float inv, u8* q_at, u8* sf_at, u8* sw_at) {
 #if FP4_SWIZZLED && !FP4_SWZ_SPLIT
     // Four consecutive blocks are four consecutive swizzled bytes: the lanes holding them
-    // (VPB apart, in one warp) hand their codes to the first, which writes one 32-bit word.
-    // Lanes past the row give 0: the column padding.
+    // (VPB apart, in one warp) hand their codes to the first, which writes one 32-bit word:
+    // two shuffles, pairs then pairs of pairs. Lanes past the row give 0: the column padding.
     u32 word = in_row ? code : 0u;
-    const u32 c1 = __shfl_down_sync(0xFFFFFFFFu, word, VPB);
-    const u32 c2 = __shfl_down_sync(0xFFFFFFFFu, word, 2 * VPB);
-    const u32 c3 = __shfl_down_sync(0xFFFFFFFFu, word, 3 * VPB);
-    word |= (c1 << 8) | (c2 << 16) | (c3 << 24);
+    word |= __shfl_down_sync(0xFFFFFFFFu, word, VPB) << 8;        // blocks b, b + 1
+    word |= __shfl_down_sync(0xFFFFFFFFu, word, 2 * VPB) << 16;   // and b + 2, b + 3
 #endif
     if (!in_row) return;
-    store_q(p.q + row * (FP4_H / 2) + v * 4, e2m1_pack8(y, inv, amax));
+    store_q(q_at, e2m1_pack8(y, inv, amax));
     if (v % VPB == 0) {
         const int b = v / VPB;
 #if FP4_ROW_MAJOR && FP4_SWIZZLED && FP4_SWZ_SPLIT
-        store_u8_keep_in_l2(p.sf_row_major + row * NB + b, code);  // the pass reads it
+        store_u8_keep_in_l2(sf_at, code);  // the pass reads it
 #elif FP4_ROW_MAJOR
-        p.sf_row_major[row * NB + b] = (u8)code;
+        *sf_at = (u8)code;
 #endif
 #if FP4_SWIZZLED && FP4_SWZ_SPLIT && !FP4_ROW_MAJOR
         store_u8_keep_in_l2(p.sf_swizzled + swizzle_stage_offset(row, b), code);
 #elif FP4_SWIZZLED && !FP4_SWZ_SPLIT
-        if (b % 4 == 0) store_sf4(p.sf_swizzled + swizzled_offset(row, b), word);
+        if (b % 4 == 0) store_sf4(sw_at, word);
 #endif
     }
 }
@@ -762,6 +761,27 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
     // h as held in registers, or re-read from the residual (or x) this thread wrote in
     // pass 1; w as prefetched, or loaded.
     const u16* hrow = h_row(p, row);
+    // Where this lane's stores go: its first vector's code word, scale byte and swizzled
+    // scale word (the last two used by lanes whose vector starts a block, a 4-block group),
+    // computed once per row; vector k's are a constant offset further (G is a multiple of
+    // 32, so k G vectors are k G / VPB whole blocks and k G / (4 VPB) whole 512-byte
+    // swizzled groups). Rather than the 64-bit row and vector arithmetic per store that
+    // ptxas rematerialises under the register bound (the H200, eleventh session: 1024 x
+    // 8192 3 % faster, M = 1..16 2-3 %, swizzled 1-5 %, large M within 1 %; BENCHMARKS.md).
+    u8* const q_lane = p.q + row * (FP4_H / 2) + (v0 + lane) * 4;
+#if FP4_ROW_MAJOR
+    u8* const sf_lane = p.sf_row_major + row * NB + (v0 + lane) / VPB;
+#define SF_AT(k) (sf_lane + (k) * (FP4_G / VPB))
+#else
+#define SF_AT(k) nullptr
+#endif
+#if FP4_SWIZZLED && !FP4_SWZ_SPLIT
+    u8* const sw_lane = p.sf_swizzled + swizzled_offset(row, ((v0 + lane) / VPB) & ~3);
+#define SW_AT(k) (sw_lane + (k) * (FP4_G / (4 * VPB)) * 512)
+#else
+#define SW_AT(k) nullptr
+#endif
+#define Q_AT(k) (q_lane + (k) * FP4_G * 4)
 #define PASS2_H(k, v) ((HOLD_IN_REGS && !FROM_MEMORY) ? hv[k] : load_vec(hrow + (v) * 8))
 #define PASS2_W(k, v) ((PREFETCH_W && !FROM_MEMORY) ? wv[k] : load_weight(p.w + (v) * 8))
     // Pass 2: y, block scales, E2M1 codes. With SHARED_SCALE, the y and block maxima
@@ -804,7 +824,8 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j)
-            emit_vector(p, row, v0 + lane + (k0 + j) * FP4_G, lane + (k0 + j) * FP4_G < NVC, y[j], amax[j], code[j], inv[j]);
+            emit_vector(p, row, v0 + lane + (k0 + j) * FP4_G, lane + (k0 + j) * FP4_G < NVC, y[j], amax[j], code[j], inv[j],
+                        Q_AT(k0 + j), SF_AT(k0 + j), SW_AT(k0 + j));
     }
     } else {
 #pragma unroll (FROM_MEMORY ? 1 : 1024)  // the redo: one vector at a time
@@ -821,11 +842,14 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         u32 code;
         float inv;
         block_scale(amax, gs, code, inv);
-        emit_vector(p, row, v, in_row, y, amax, code, inv);
+        emit_vector(p, row, v, in_row, y, amax, code, inv, Q_AT(k), SF_AT(k), SW_AT(k));
     }
     }
 #undef PASS2_H
 #undef PASS2_W
+#undef Q_AT
+#undef SF_AT
+#undef SW_AT
 }
 
 // Where this thread works: its lane in the row's thread group, its group (row) in the CTA,
