@@ -148,7 +148,7 @@ impl KernelConfig {
             // `aligned` implies 4-byte aligned scale pointers (any alignment is allowed).
             swizzle_split: p.layout.has_swizzled()
                 && aligned
-                && swizzle_split_wanted(p.m, p.block(), clusters),
+                && swizzle_split_wanted(p.m, p.h, p.block(), clusters),
         }
     }
 
@@ -445,18 +445,21 @@ pub fn launch_shape(
     (g, r, c as u32)
 }
 
-/// Whether a call of `m` rows in blocks of `block` writes its swizzled scales in two
-/// kernels (the fused kernel staging codes with coalesced stores kept in L2, then the
+/// Whether a call of `m` rows of `h` elements in blocks of `block` writes its swizzled
+/// scales in two kernels (the fused kernel staging codes with coalesced stores kept in L2, then the
 /// swizzle pass; see `FP4_SWZ_SPLIT` in the kernel source), on GPUs with programmatic
 /// dependent launch (sm_90+) to overlap the second launch.
 ///
 /// Measured on the H200 (A/B in one run, BENCHMARKS.md): with 16-element blocks the
 /// split write is 5.5 % faster at 16384 x 4096 and 4.7 % at 8192 x 8192, 1 % at
 /// 8192 x 4096, and 11-60 % slower at 4096 rows and fewer (the pass's launch and
-/// latency); with 32-element blocks (half the scale words) it gains at most 1 % and
-/// loses 3 % at 8192 x 4096, so those keep the direct write.
-/// `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces it off or on.
-pub fn swizzle_split_wanted(m: usize, block: usize, pdl_capable: bool) -> bool {
+/// latency); with 32-element blocks (half the scale words) the direct write wins where the
+/// scales take 2 MiB (8192 x 8192 and 16384 x 4096: the split 3-5 % slower, eleventh
+/// session, two runs) but loses at 4 MiB (16384 x 8192: the split 3.8 % and 4.4 % faster),
+/// where the 16-element blocks' split gains most too; so 32-element blocks split from
+/// 4 MiB of scales (M >= 8192). `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces
+/// it off or on.
+pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let knob = *KNOB.get_or_init(|| {
         switch_knob("FP4NORM_SWIZZLE_SPLIT", |on| {
@@ -466,7 +469,8 @@ pub fn swizzle_split_wanted(m: usize, block: usize, pdl_capable: bool) -> bool {
             )
         })
     });
-    knob.unwrap_or(pdl_capable && block == 16 && m >= 8192)
+    let scale_bytes = m.saturating_mul(h / block.max(1));
+    knob.unwrap_or(pdl_capable && m >= 8192 && (block == 16 || scale_bytes >= 4 << 20))
 }
 
 /// A launch shape forced by `FP4NORM_TUNE_SHAPE=G,R,C` (threads per row, rows per CTA,
@@ -686,15 +690,18 @@ mod tests {
     const SMS: u32 = 132;
 
     #[test]
-    fn swizzled_writes_split_only_for_many_rows_of_16_element_blocks() {
+    fn swizzled_writes_split_only_for_many_rows_and_many_scales() {
         if std::env::var_os("FP4NORM_SWIZZLE_SPLIT").is_some() {
             return; // the knob overrides the table
         }
-        assert!(swizzle_split_wanted(16384, 16, true));
-        assert!(swizzle_split_wanted(8192, 16, true));
-        assert!(!swizzle_split_wanted(4096, 16, true));
-        assert!(!swizzle_split_wanted(16384, 32, true));
-        assert!(!swizzle_split_wanted(16384, 16, false));
+        assert!(swizzle_split_wanted(16384, 4096, 16, true));
+        assert!(swizzle_split_wanted(8192, 4096, 16, true));
+        assert!(!swizzle_split_wanted(4096, 8192, 16, true));
+        assert!(!swizzle_split_wanted(16384, 4096, 32, true)); // 2 MiB of scales
+        assert!(!swizzle_split_wanted(8192, 8192, 32, true));
+        assert!(swizzle_split_wanted(16384, 8192, 32, true)); // 4 MiB
+        assert!(!swizzle_split_wanted(1024, 131072, 32, true)); // 4 MiB but few rows
+        assert!(!swizzle_split_wanted(16384, 4096, 16, false));
     }
 
     #[test]
