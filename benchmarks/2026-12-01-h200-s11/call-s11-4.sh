@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Session 11, call 4 (f adopted: per-lane store pointers, two-shuffle swizzled word; split rule from 4 MiB of MXFP4 scales): the whole issue-4 report (GPU suite, main table, Triton
+# peer, layouts, y_out, PDL, H = 32768, f16), then the Python suite with a wheel of the kernel of this call.
+set -u
+cd "$(dirname "$0")/.."
+s0=$(date +%s)
+REPORT_DEADLINE=430 bash scripts/gpu-check.sh report 2>&1 | tail -25
+echo "[t+$(( $(date +%s) - s0 ))s] python"
+pip install -q --no-deps --no-index --target /tmp/pyfp .artifacts/wheel-s11/*.whl > /dev/null 2>&1
+FP4NORM_CACHE_DIR=$PWD/.artifacts/kcache FP4NORM_NVRTC_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib PYTHONPATH=/tmp/pyfp timeout 90 python3 -m pytest -q -rs -s crates/fp4norm-py/python/tests > "$OUT/python-pytest.log" 2>&1
+grep -E "growth per|passed|failed" "$OUT/python-pytest.log" | cut -c1-300 | tail -3
+echo "[t+$(( $(date +%s) - s0 ))s] done"
