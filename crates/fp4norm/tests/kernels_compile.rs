@@ -40,13 +40,20 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         if seen.insert(cfg.describe()) {
             out.push(cfg);
         }
-        // Its swizzle pass, and the split variant the GPU tests force with
-        // FP4NORM_SWIZZLE_SPLIT=1 (and its pass).
+        // Its swizzle pass, the split variant the GPU tests force with
+        // FP4NORM_SWIZZLE_SPLIT=1 (and its pass), and the direct write with its words kept
+        // in L2 (FP4NORM_SWIZZLE_KEEP=1; the default from 8192 rows).
         let split = KernelConfig {
             swizzle_split: cfg.swizzled && cfg.aligned,
+            swizzle_keep: false,
             ..cfg
         };
-        for c in [cfg, split] {
+        let keep = KernelConfig {
+            swizzle_split: false,
+            swizzle_keep: cfg.swizzled && cfg.aligned,
+            ..cfg
+        };
+        for c in [cfg, split, keep] {
             for k in [Some(c), c.swizzle_pass()].into_iter().flatten() {
                 if seen.insert(k.describe()) {
                     out.push(k);

@@ -108,6 +108,9 @@ pub struct KernelConfig {
     /// Swizzled scales written by a second kernel, [`KernelKind::Swizzle`] (see
     /// [`swizzle_split_wanted`]): the fused kernel stages the codes with coalesced stores.
     pub swizzle_split: bool,
+    /// The direct swizzled write's 4-byte words stored with an L2 evict-last policy (see
+    /// [`swizzle_keep_wanted`]); only where `swizzled && aligned && !swizzle_split`.
+    pub swizzle_keep: bool,
 }
 
 impl KernelConfig {
@@ -122,6 +125,11 @@ impl KernelConfig {
         clusters: bool,
     ) -> Self {
         let (g, r, c) = launch_shape(p.h, p.block(), p.m, sm_count, clusters);
+        // The swizzle pass moves 4-byte words: only for the vector kernel, whose
+        // `aligned` implies 4-byte aligned scale pointers (any alignment is allowed).
+        let swizzle_split = p.layout.has_swizzled()
+            && aligned
+            && swizzle_split_wanted(p.m, p.h, p.block(), clusters);
         KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,
@@ -144,11 +152,11 @@ impl KernelConfig {
             rows_per_cta: r,
             cluster: c,
             aligned,
-            // The swizzle pass moves 4-byte words: only for the vector kernel, whose
-            // `aligned` implies 4-byte aligned scale pointers (any alignment is allowed).
-            swizzle_split: p.layout.has_swizzled()
+            swizzle_split,
+            swizzle_keep: p.layout.has_swizzled()
                 && aligned
-                && swizzle_split_wanted(p.m, p.h, p.block(), clusters),
+                && !swizzle_split
+                && swizzle_keep_wanted(p.m, p.h),
         }
     }
 
@@ -186,6 +194,7 @@ impl KernelConfig {
             cluster: 1,
             aligned: true,
             swizzle_split: false,
+            swizzle_keep: false,
         }
     }
 
@@ -218,7 +227,7 @@ impl KernelConfig {
             "#define FP4_KIND {}\n#define FP4_F16 {}\n#define FP4_H {}\n#define FP4_BLOCK {}\n#define FP4_UE8M0 {}\n\
              #define FP4_ROW_MAJOR {}\n#define FP4_SWIZZLED {}\n#define FP4_RESIDUAL {}\n\
              #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_HW_CANONICAL_NAN {}\n#define FP4_FORCE_EXACT_SUMSQ {}\n#define FP4_G {}\n\
-             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n#define FP4_SWZ_SPLIT {}\n",
+             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n#define FP4_SWZ_SPLIT {}\n#define FP4_SWZ_KEEP {}\n",
             self.kind as u32,
             b(self.dtype == DType::F16),
             self.h,
@@ -241,6 +250,7 @@ impl KernelConfig {
             self.cluster,
             b(self.aligned),
             b(self.swizzle_split),
+            b(self.swizzle_keep),
         )
     }
 
@@ -252,7 +262,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} exact_ss={} G={} R={} C={} aligned={} swz_split={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={}",
             self.kind,
             self.dtype,
             self.h,
@@ -270,7 +280,8 @@ impl KernelConfig {
             self.rows_per_cta,
             self.cluster,
             self.aligned,
-            self.swizzle_split
+            self.swizzle_split,
+            self.swizzle_keep
         )
     }
 }
@@ -450,15 +461,13 @@ pub fn launch_shape(
 /// swizzle pass; see `FP4_SWZ_SPLIT` in the kernel source), on GPUs with programmatic
 /// dependent launch (sm_90+) to overlap the second launch.
 ///
-/// Measured on the H200 (A/B in one run, BENCHMARKS.md): with 16-element blocks the
-/// split write is 5.5 % faster at 16384 x 4096 and 4.7 % at 8192 x 8192, 1 % at
-/// 8192 x 4096, and 11-60 % slower at 4096 rows and fewer (the pass's launch and
-/// latency); with 32-element blocks (half the scale words) the direct write wins where the
-/// scales take 2 MiB (8192 x 8192 and 16384 x 4096: the split 3-5 % slower, eleventh
-/// session, two runs) but loses at 4 MiB (16384 x 8192: the split 3.8 % and 4.4 % faster),
-/// where the 16-element blocks' split gains most too; so 32-element blocks split from
-/// 4 MiB of scales (M >= 8192). `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces
-/// it off or on.
+/// Measured on the H200 (A/Bs in one run each, BENCHMARKS.md, twelfth session): once the
+/// direct write keeps its words in L2 ([`swizzle_keep_wanted`]), it beats the split write
+/// wherever the scales take up to 4 MiB (8192 and 16384 rows, H 2048 to 8192: the split
+/// 1.4–12.7 % slower with 16-element blocks, 1.1 % at 16384 x 8192 with 32); at 8 MiB the
+/// two are even (16384 x 8192 NVFP4: the split 1.0 % faster in one run, 0.2 % slower in
+/// another; 16384 x 16384 MXFP4: 0.6 % faster) and at 16 MiB the split wins (16384 x 16384
+/// NVFP4: 3.7 %); at 4096 rows and fewer the split loses 11–60 % (its launch and latency). `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces it off or on.
 pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let knob = *KNOB.get_or_init(|| {
@@ -470,7 +479,30 @@ pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool)
         })
     });
     let scale_bytes = m.saturating_mul(h / block.max(1));
-    knob.unwrap_or(pdl_capable && m >= 8192 && (block == 16 || scale_bytes >= 4 << 20))
+    knob.unwrap_or(pdl_capable && m >= 8192 && scale_bytes >= 8 << 20)
+}
+
+/// Whether the direct swizzled write of a call of `m` rows of `h` stores its 4-byte words with an
+/// L2 evict-last policy (`FP4_SWZ_KEEP` in the kernel source). The 128 x 4 layout fills
+/// each 32-byte sector from eight rows (four row quarters of a 128-row tile, two rows
+/// each), so plain stores leave it part-filled in L2 while the call streams its tens of MB
+/// through; measured on the H200 (twelfth session, one run, two rounds) against plain stores,
+/// from 2^24 elements (2048 x 8192, 4096 x 4096 and up, H 2048 to 8192): 16-element blocks
+/// 4.0–7.6 % faster (8192 x 2048: 29.15 → 27.55 µs, within 2.4 % of row-major), 32-element
+/// blocks 1.9–5.1 % faster. Below (1024 rows, 2048 x 2048 / 4096, 4096 x 2048), where the
+/// call's bytes mostly stay in L2 anyway, it is 0.9–2.5 % slower. `FP4NORM_SWIZZLE_KEEP=0|1`
+/// (a measurement knob) forces it off or on.
+pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
+    static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let knob = *KNOB.get_or_init(|| {
+        switch_knob("FP4NORM_SWIZZLE_KEEP", |on| {
+            format!(
+                "direct swizzled words stored {}",
+                if on { "evict-last in L2" } else { "plainly" }
+            )
+        })
+    });
+    knob.unwrap_or(m.saturating_mul(h) >= 1 << 24)
 }
 
 /// A launch shape forced by `FP4NORM_TUNE_SHAPE=G,R,C` (threads per row, rows per CTA,
@@ -690,18 +722,30 @@ mod tests {
     const SMS: u32 = 132;
 
     #[test]
-    fn swizzled_writes_split_only_for_many_rows_and_many_scales() {
+    fn swizzled_writes_split_only_for_many_rows_and_8_mib_of_scales() {
         if std::env::var_os("FP4NORM_SWIZZLE_SPLIT").is_some() {
             return; // the knob overrides the table
         }
-        assert!(swizzle_split_wanted(16384, 4096, 16, true));
-        assert!(swizzle_split_wanted(8192, 4096, 16, true));
-        assert!(!swizzle_split_wanted(4096, 8192, 16, true));
-        assert!(!swizzle_split_wanted(16384, 4096, 32, true)); // 2 MiB of scales
-        assert!(!swizzle_split_wanted(8192, 8192, 32, true));
-        assert!(swizzle_split_wanted(16384, 8192, 32, true)); // 4 MiB
-        assert!(!swizzle_split_wanted(1024, 131072, 32, true)); // 4 MiB but few rows
-        assert!(!swizzle_split_wanted(16384, 4096, 16, false));
+        assert!(!swizzle_split_wanted(16384, 4096, 16, true)); // 4 MiB of scales
+        assert!(!swizzle_split_wanted(8192, 4096, 16, true));
+        assert!(!swizzle_split_wanted(16384, 8192, 32, true)); // 4 MiB
+        assert!(swizzle_split_wanted(16384, 8192, 16, true)); // 8 MiB
+        assert!(swizzle_split_wanted(16384, 16384, 32, true));
+        assert!(!swizzle_split_wanted(4096, 32768, 16, true)); // 8 MiB but few rows
+        assert!(!swizzle_split_wanted(16384, 8192, 16, false));
+    }
+
+    #[test]
+    fn swizzled_words_kept_in_l2_from_2_to_the_24_elements() {
+        if std::env::var_os("FP4NORM_SWIZZLE_KEEP").is_some() {
+            return; // the knob overrides the rule
+        }
+        assert!(swizzle_keep_wanted(4096, 4096));
+        assert!(swizzle_keep_wanted(2048, 8192));
+        assert!(swizzle_keep_wanted(8192, 2048));
+        assert!(!swizzle_keep_wanted(4096, 2048));
+        assert!(!swizzle_keep_wanted(1024, 8192));
+        assert!(!swizzle_keep_wanted(usize::MAX, 0));
     }
 
     #[test]

@@ -41,6 +41,11 @@
 //                    sector (+60 % L2 write requests at H = 4096); this costs one small
 //                    extra launch and is used where it pays (many rows of 16-element
 //                    blocks; src/cuda/kernel.rs, swizzle_split_wanted).
+//   FP4_SWZ_KEEP     1 (direct swizzled write only): each 4-byte swizzled word is stored with
+//                    an L2 evict-last policy, so that the 32-byte sectors the four row
+//                    quarters of a 128-row tile fill piecewise stay in L2 until complete
+//                    instead of being written back part-filled while the call streams
+//                    tens of MB past them (src/cuda/kernel.rs, swizzle_keep_wanted).
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -400,7 +405,11 @@ __device__ __forceinline__ void store_q(u8* p, u32 v) {
 
 // Four swizzled scale codes (byte i = block 4k + i) at a 4-byte aligned offset.
 __device__ __forceinline__ void store_sf4(u8* p, u32 word) {
-#if FP4_VEC_ALIGNED
+#if FP4_VEC_ALIGNED && FP4_SWZ_KEEP
+    u64 policy;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("st.global.L2::cache_hint.u32 [%0], %1, %2;" :: "l"(p), "r"(word), "l"(policy) : "memory");
+#elif FP4_VEC_ALIGNED
     asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(word) : "memory");
 #else
 #pragma unroll
