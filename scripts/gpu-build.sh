@@ -2,7 +2,7 @@
 # Builds, on this (GPU-less) machine, everything the GPU machine runs, into .artifacts/
 # (git-ignored; name it in the device tool's `carry`):
 #   .artifacts/bin/      release test binaries (gpu, ...) and the fp4norm CLI
-#   .artifacts/kcache/   sm_90 cubins of every sweep kernel (so the device compiles nothing)
+#   .artifacts/kcache.tgz  sm_90 cubins of every sweep kernel (so the device compiles nothing)
 #   .artifacts/peers/    the Triton/torch.compile speed peer from ../shared/peers
 # Then, on the device: `bash scripts/gpu-check.sh [tests|sanitize|bench|peers|all]`.
 set -euo pipefail
@@ -40,6 +40,9 @@ echo "== precompiling the sweep kernels for sm_90 into .artifacts/kcache"
 rm -rf .artifacts/kcache
 FP4NORM_CACHE_DIR=$root/.artifacts/kcache FP4NORM_REQUIRE_NVRTC=1 FP4NORM_COMPILE_ARCHS=sm_90 .dev/testbin/kernels_compile --nocapture 2>&1 | grep -E "kernel compile check|test result"
 rm -rf .artifacts/kcache/sm_100a   # the H200 needs only sm_90
+# Packed: the cubins compress to a third, and the device tool carries at most 64 MiB
+# (gpu-check.sh unpacks it on the device).
+tar czf .artifacts/kcache.tgz -C .artifacts kcache && rm -rf .artifacts/kcache
 
 if [ -d ../shared/peers ]; then cp ../shared/peers/*.py .artifacts/peers/; fi
 du -sh .artifacts
