@@ -42,7 +42,7 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         }
         // Its swizzle pass, the split variant the GPU tests force with
         // FP4NORM_SWIZZLE_SPLIT=1 (and its pass), and the direct write with its words kept
-        // in L2 (FP4NORM_SWIZZLE_KEEP=1; the default from 8192 rows).
+        // in L2 (FP4NORM_SWIZZLE_KEEP=1; the default from 2^24 elements).
         let split = KernelConfig {
             swizzle_split: cfg.swizzled && cfg.aligned,
             swizzle_keep: false,

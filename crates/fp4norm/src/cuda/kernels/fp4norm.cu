@@ -39,8 +39,8 @@
 //                    128-row x 64-block chunk into the 128x4 layout, in place, with 16-byte
 //                    stores. The direct path's 4-byte stores each hit their own 32-byte
 //                    sector (+60 % L2 write requests at H = 4096); this costs one small
-//                    extra launch and is used where it pays (many rows of 16-element
-//                    blocks; src/cuda/kernel.rs, swizzle_split_wanted).
+//                    extra launch and is used where it pays (8 MiB of scales or more at
+//                    8192+ rows; src/cuda/kernel.rs, swizzle_split_wanted).
 //   FP4_SWZ_KEEP     1 (direct swizzled write only): each 4-byte swizzled word is stored with
 //                    an L2 evict-last policy, so that the 32-byte sectors the four row
 //                    quarters of a 128-row tile fill piecewise stay in L2 until complete
