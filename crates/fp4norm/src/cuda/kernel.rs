@@ -467,7 +467,8 @@ pub fn launch_shape(
 /// 1.4–12.7 % slower with 16-element blocks, 1.1 % at 16384 x 8192 with 32); at 8 MiB the
 /// two are even (16384 x 8192 NVFP4: the split 1.0 % faster in one run, 0.2 % slower in
 /// another; 16384 x 16384 MXFP4: 0.6 % faster) and at 16 MiB the split wins (16384 x 16384
-/// NVFP4: 3.7 %); at 4096 rows and fewer the split loses 11–60 % (its launch and latency). `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces it off or on.
+/// NVFP4: 3.7 %); at 4096 rows and fewer the split loses 11–60 % (its launch and latency).
+/// `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces it off or on.
 pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let knob = *KNOB.get_or_init(|| {
@@ -482,8 +483,8 @@ pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool)
     knob.unwrap_or(pdl_capable && m >= 8192 && scale_bytes >= 8 << 20)
 }
 
-/// Whether the direct swizzled write of a call of `m` rows of `h` stores its 4-byte words with an
-/// L2 evict-last policy (`FP4_SWZ_KEEP` in the kernel source). The 128 x 4 layout fills
+/// Whether the direct swizzled write of a call of `m` rows of `h` stores its 4-byte words
+/// with an L2 evict-last policy (`FP4_SWZ_KEEP` in the kernel source). The 128 x 4 layout fills
 /// each 32-byte sector from eight rows (four row quarters of a 128-row tile, two rows
 /// each), so plain stores leave it part-filled in L2 while the call streams its tens of MB
 /// through; measured on the H200 (twelfth session, one run, two rounds) against plain stores,
