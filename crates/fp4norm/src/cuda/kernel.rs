@@ -359,6 +359,17 @@ fn switch_knob(name: &str, describe: impl Fn(bool) -> String) -> Option<bool> {
     )
 }
 
+/// A [`switch_knob`] read once per process into `cell` (its note printed once), described
+/// by the text for on or off.
+fn switch_knob_once(
+    cell: &'static std::sync::OnceLock<Option<bool>>,
+    name: &str,
+    on_text: &str,
+    off_text: &str,
+) -> Option<bool> {
+    *cell.get_or_init(|| switch_knob(name, |on| (if on { on_text } else { off_text }).into()))
+}
+
 /// Threads per row, rows per CTA and CTAs per row for `m` rows of `h`
 /// elements in blocks of `block`. Each thread handles 8-element (16-byte) vectors.
 ///
@@ -471,14 +482,12 @@ pub fn launch_shape(
 /// `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces it off or on.
 pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let knob = *KNOB.get_or_init(|| {
-        switch_knob("FP4NORM_SWIZZLE_SPLIT", |on| {
-            format!(
-                "every swizzled write {}",
-                if on { "split" } else { "direct" }
-            )
-        })
-    });
+    let knob = switch_knob_once(
+        &KNOB,
+        "FP4NORM_SWIZZLE_SPLIT",
+        "every swizzled write split",
+        "every swizzled write direct",
+    );
     let scale_bytes = m.saturating_mul(h / block.max(1));
     knob.unwrap_or(pdl_capable && m >= 8192 && scale_bytes >= 8 << 20)
 }
@@ -495,14 +504,12 @@ pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool)
 /// (a measurement knob) forces it off or on.
 pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let knob = *KNOB.get_or_init(|| {
-        switch_knob("FP4NORM_SWIZZLE_KEEP", |on| {
-            format!(
-                "direct swizzled words stored {}",
-                if on { "evict-last in L2" } else { "plainly" }
-            )
-        })
-    });
+    let knob = switch_knob_once(
+        &KNOB,
+        "FP4NORM_SWIZZLE_KEEP",
+        "direct swizzled words stored evict-last in L2",
+        "direct swizzled words stored plainly",
+    );
     knob.unwrap_or(m.saturating_mul(h) >= 1 << 24)
 }
 
