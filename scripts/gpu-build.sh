@@ -12,7 +12,9 @@ rm -rf .artifacts/bin
 mkdir -p .artifacts/bin .artifacts/peers .dev/testbin
 
 # NVRTC for the compile step: the PyPI wheel (no GPU needed).
-if [ -z "${FP4NORM_NVRTC_DIR:-}" ]; then
+# (Also when FP4NORM_NVRTC_DIR names a folder without NVRTC, e.g. an env file written for a
+# checkout whose .dev/ has not been filled yet.)
+if [ -z "${FP4NORM_NVRTC_DIR:-}" ] || ! ls "$FP4NORM_NVRTC_DIR"/libnvrtc.so.* > /dev/null 2>&1; then
   if [ ! -e .dev/nvrtc/nvidia/cu13/lib/libnvrtc.so.13 ]; then
     python3 -m pip install -q --no-deps --target .dev/nvrtc nvidia-cuda-nvrtc==13.0.88
   fi
