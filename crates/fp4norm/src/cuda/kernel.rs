@@ -500,7 +500,7 @@ pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool)
 /// from 2^24 elements (2048 x 8192, 4096 x 4096 and up, H 2048 to 8192): 16-element blocks
 /// 4.0–7.6 % faster (8192 x 2048: 29.15 → 27.55 µs, within 2.4 % of row-major), 32-element
 /// blocks 1.9–5.1 % faster. Below (1024 rows, 2048 x 2048 / 4096, 4096 x 2048), where the
-/// call's bytes mostly stay in L2 anyway, it is 0.9–2.5 % slower. `FP4NORM_SWIZZLE_KEEP=0|1`
+/// call's bytes mostly stay in L2 anyway, it is 0.5–2.4 % slower. `FP4NORM_SWIZZLE_KEEP=0|1`
 /// (a measurement knob) forces it off or on.
 pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
