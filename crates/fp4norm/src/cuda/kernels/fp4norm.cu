@@ -781,15 +781,26 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
     // swizzled groups). Rather than the 64-bit row and vector arithmetic per store that
     // ptxas rematerialises under the register bound (the H200, eleventh session: 1024 x
     // 8192 3 % faster, M = 1..16 2-3 %, swizzled 1-5 %, large M within 1 %; BENCHMARKS.md).
-    u8* const q_lane = p.q + row * (FP4_H / 2) + (v0 + lane) * 4;
+    // Each pointer goes through an empty asm so that ptxas keeps it in registers: without
+    // it, ptxas recomputes the 64-bit row and lane arithmetic at every store after the
+    // row's barrier (6 SASS instructions per code word, 8 per scale byte, ~16 per swizzled
+    // word), where pass 2 is issue-bound; with it each store is one instruction and the
+    // registers stay at the bound (sm_90 SASS, NVRTC 13.0: 9-19 instructions per thread
+    // fewer after the barrier). H200, thirteenth session's A/B: 1024 x 4096 2.2-3.0 %
+    // faster in all three layouts, 128 x 8192 row-major 1.1-1.3 %, M = 1..16 and 16384
+    // rows within 1 %.
+    u8* q_lane = p.q + row * (FP4_H / 2) + (v0 + lane) * 4;
+    asm volatile("" : "+l"(q_lane));
 #if FP4_ROW_MAJOR
-    u8* const sf_lane = p.sf_row_major + row * NB + (v0 + lane) / VPB;
+    u8* sf_lane = p.sf_row_major + row * NB + (v0 + lane) / VPB;
+    asm volatile("" : "+l"(sf_lane));
 #define SF_AT(k) (sf_lane + (k) * (FP4_G / VPB))
 #else
 #define SF_AT(k) nullptr
 #endif
 #if FP4_SWIZZLED && !FP4_SWZ_SPLIT
-    u8* const sw_lane = p.sf_swizzled + swizzled_offset(row, ((v0 + lane) / VPB) & ~3);
+    u8* sw_lane = p.sf_swizzled + swizzled_offset(row, ((v0 + lane) / VPB) & ~3);
+    asm volatile("" : "+l"(sw_lane));
 #define SW_AT(k) (sw_lane + (k) * (FP4_G / (4 * VPB)) * 512)
 #else
 #define SW_AT(k) nullptr
