@@ -23,6 +23,14 @@ use sweep::{Case, Fill};
 
 const POISON: u8 = 0xAA;
 
+/// Held for writing by a test while it captures a CUDA graph, for reading by tests that
+/// open their own `Gpu` on device 0: cudarc synchronises a context when its first stream
+/// is created, which a capture in progress on another thread of the same (primary)
+/// context forbids — the capture fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and the
+/// stream creation with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (seen on the H200 with three
+/// test threads, thirteenth session).
+static CAPTURE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 fn gpu() -> Option<&'static Gpu> {
     static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
     GPU.get_or_init(|| {
@@ -573,6 +581,7 @@ fn gpu_graph_capture_and_replay_with_new_global_scale() {
     };
     stream.synchronize().unwrap();
     g.prepare(&p, fp4norm::cuda::GsMode::Uniform, true).unwrap();
+    let capturing = CAPTURE.write().unwrap_or_else(|e| e.into_inner());
     stream
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .unwrap();
@@ -581,6 +590,7 @@ fn gpu_graph_capture_and_replay_with_new_global_scale() {
         .end_capture(sys::CUgraphInstantiate_flags(0))
         .unwrap()
         .expect("a graph");
+    drop(capturing);
     for gs in [1.0f32, 37.5, 2688.0] {
         stream.memcpy_htod(&[gs], &mut gs_d).unwrap();
         stream.memcpy_htod(&r, &mut r_d).unwrap();
@@ -669,6 +679,7 @@ fn gpu_two_streams_at_once() {
 #[test]
 fn gpu_many_threads_many_specialisations() {
     let _ = require_gpu!("gpu_many_threads_many_specialisations");
+    let _no_capture_meanwhile = CAPTURE.read().unwrap_or_else(|e| e.into_inner());
     let g = Gpu::new(0).expect("opening CUDA device 0");
     let cases: Vec<Case> = sweep::sweep(DType::BF16)
         .into_iter()
