@@ -513,6 +513,87 @@ pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
     knob.unwrap_or(m.saturating_mul(h) >= 1 << 24)
 }
 
+/// Resident CTAs per SM of a fused kernel with CTAs of `threads` threads: the minimum its
+/// launch bound asks for (`MIN_CTAS_PER_SM` in the kernel source), or, for CTA sizes it
+/// does not bound, what 64 registers per thread allow.
+fn resident_ctas_per_sm(threads: u32) -> u32 {
+    match threads {
+        512 => 2,
+        256 => 5,
+        128 => 10,
+        t => (65536 / (64 * t.max(1))).max(1),
+    }
+}
+
+/// How many rows ahead each row's CTA prefetches x and r into L2 (the kernel's `pf_rows`;
+/// 0: none): at most one resident wave of rows, and at most `budget` bytes of x and r in
+/// flight ahead. Only the 16-byte vector kernels prefetch.
+///
+/// `FP4NORM_L2_PREFETCH_ROWS=N` (a test knob: the GPU tests force 1, so that every row's
+/// prefetch addresses are exercised) and `FP4NORM_L2_PREFETCH_MIB=N` (a measurement knob:
+/// the budget, 0 = off) override the rule.
+pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, sm_count: u32) -> u32 {
+    static ROWS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    static MIB: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    if !cfg.aligned || cfg.kind != KernelKind::Fused {
+        return 0;
+    }
+    let forced_rows = *ROWS.get_or_init(|| {
+        measurement_knob(
+            "FP4NORM_L2_PREFETCH_ROWS",
+            |raw| raw.parse().ok(),
+            |n| format!("every vector kernel prefetches the row {n} rows ahead into L2"),
+            "a row count",
+        )
+    });
+    if let Some(rows) = forced_rows {
+        return rows;
+    }
+    let budget_mib = MIB
+        .get_or_init(|| {
+            measurement_knob(
+                "FP4NORM_L2_PREFETCH_MIB",
+                |raw| raw.parse().ok(),
+                |n| format!("L2 prefetch of at most {n} MiB of x and r ahead (0: none)"),
+                "a size in MiB",
+            )
+        })
+        .unwrap_or_else(|| l2_prefetch_budget_mib(m, h, holds_rows_in_registers(cfg, h)));
+    let threads = cfg.threads_per_row * cfg.rows_per_cta;
+    let wave = sm_count as u64 * resident_ctas_per_sm(threads) as u64 * cfg.rows_per_cta as u64
+        / cfg.cluster.max(1) as u64;
+    let row_bytes = (h as u64 * 2) * if cfg.residual { 2 } else { 1 };
+    let rows = wave.min((budget_mib << 20) / row_bytes.max(1));
+    u32::try_from(rows).unwrap_or(u32::MAX)
+}
+
+/// Whether the fused kernel keeps each row in registers between its two passes
+/// (`HOLD_IN_REGS` in the kernel source) rather than re-reading it from L2.
+fn holds_rows_in_registers(cfg: &KernelConfig, h: usize) -> bool {
+    let vectors_per_cta = (h / 8) / cfg.cluster.max(1) as usize;
+    let vpt = vectors_per_cta.div_ceil(cfg.threads_per_row.max(1) as usize);
+    vpt <= 4 || (vpt <= 8 && cfg.threads_per_row * cfg.rows_per_cta <= 256)
+}
+
+/// The default L2 prefetch budget of a call of `m` rows of `h` elements whose kernel holds
+/// its rows in registers (`held`), in MiB (0: none; `u64::MAX >> 20`: one resident wave).
+///
+/// Measured on the H200 (thirteenth session's A/B, 2 rounds, bf16 NVFP4, BENCHMARKS.md):
+/// one wave ahead is 1.0-5.4 % faster at every measured call of 2^25 elements or more whose
+/// rows stay in registers (16384 rows at H = 2048 to 16384, 8192 x 4096 / 8192, 4096 x
+/// 16384, 2048 x 32768 in 8-CTA clusters; swizzled 16384 x 4096 even, x 8192 2.3 %), while
+/// 4 or 8 MiB ahead gain less or lose. Where the second pass re-reads its row from L2
+/// (16384 x 32768) every distance loses (4-21 %): the prefetched rows evict it. Smaller calls
+/// mostly stay in L2 anyway, and a prefetch issued at each CTA's start cost 2-10 % there
+/// (1024 x 4096 / 8192, 2048 x 8192, 4096 x 4096).
+fn l2_prefetch_budget_mib(m: usize, h: usize, held: bool) -> u64 {
+    if held && m.saturating_mul(h) >= 1 << 25 {
+        u64::MAX >> 20
+    } else {
+        0
+    }
+}
+
 /// A launch shape forced by `FP4NORM_TUNE_SHAPE=G,R,C` (threads per row, rows per CTA,
 /// CTAs per row), for measuring launch-shape tables on a device. It applies only to
 /// problems it is valid for ([`shape_fits`]); others keep [`launch_shape`].
@@ -754,6 +835,37 @@ mod tests {
         assert!(!swizzle_keep_wanted(4096, 2048));
         assert!(!swizzle_keep_wanted(1024, 8192));
         assert!(!swizzle_keep_wanted(usize::MAX, 0));
+    }
+
+    #[test]
+    fn l2_prefetch_one_wave_ahead_from_2_to_the_25_elements_with_rows_held() {
+        if std::env::var_os("FP4NORM_L2_PREFETCH_ROWS").is_some()
+            || std::env::var_os("FP4NORM_L2_PREFETCH_MIB").is_some()
+        {
+            return; // the knobs override the rule
+        }
+        let rows = |m: usize, h: usize, aligned: bool| {
+            let opts = crate::Options::nvfp4();
+            let p = crate::Problem::new(m, h, DType::BF16, crate::ScaleLayout::RowMajor, &opts)
+                .expect("valid problem");
+            let cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, SMS, true);
+            l2_prefetch_rows(&cfg, m, h, SMS)
+        };
+        // One resident wave: 132 SMs x 5 CTAs of 256 threads (one row each) ...
+        assert_eq!(rows(16384, 4096, true), 660);
+        assert_eq!(rows(8192, 4096, true), 660);
+        // ... of two-CTA clusters (H = 8192), of 512-thread CTAs (two per SM), of 224-thread
+        // CTAs (four per SM at 64 registers), of 8-CTA clusters (2048 x 32768).
+        assert_eq!(rows(16384, 8192, true), 330);
+        assert_eq!(rows(16384, 16384, true), 264);
+        assert_eq!(rows(16384, 7168, true), 528);
+        assert_eq!(rows(2048, 32768, true), 82);
+        // None below 2^25 elements, where the second pass re-reads its row (16384 x
+        // 32768), or without 16-byte vectors.
+        assert_eq!(rows(4096, 4096, true), 0);
+        assert_eq!(rows(1024, 8192, true), 0);
+        assert_eq!(rows(16384, 32768, true), 0);
+        assert_eq!(rows(16384, 4096, false), 0);
     }
 
     #[test]

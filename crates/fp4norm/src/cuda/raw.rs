@@ -4,7 +4,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys;
 
-use super::kernel::{GsMode, KernelConfig, KernelKind};
+use super::kernel::{self, GsMode, KernelConfig, KernelKind};
 use super::Gpu;
 use crate::layout::{swizzled_col_tiles, swizzled_rows, ScaleLayout};
 use crate::{DType, Error, Fp4Format, Options, Problem, ScaleFormat, ScaleOut};
@@ -103,7 +103,8 @@ struct FusedParams {
     r_stride: i64,
     y_stride: i64,
     eps: f32,
-    _pad: u32,
+    /// L2 prefetch distance in rows, 0 = none ([`kernel::l2_prefetch_rows`]).
+    pf_rows: u32,
 }
 
 /// Mirrors `struct Fp4SwizzleParams` in fp4norm.cu.
@@ -535,7 +536,7 @@ pub(crate) unsafe fn launch_fused(
         r_stride: c.residual.map_or(0, |r| r.row_stride as i64),
         y_stride: c.y_out.map_or(0, |y| y.row_stride as i64),
         eps: p.eps,
-        _pad: 0,
+        pf_rows: kernel::l2_prefetch_rows(&cfg, p.m, p.h, gpu.sm_count),
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // Both kernels of a split swizzled write are loaded before either is launched, so

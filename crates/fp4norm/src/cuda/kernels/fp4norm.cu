@@ -97,6 +97,7 @@ struct Fp4NormParams {
     i64 r_stride;
     i64 y_stride;
     float eps;
+    unsigned int pf_rows;  // L2 prefetch distance in rows, 0 = none (kernel.rs, l2_prefetch_rows)
 };
 
 // ---------------------------------------------------------------------------
@@ -552,6 +553,13 @@ __device__ __forceinline__ void block_scale(float amax, float gs, u32& code, flo
     inv = (d == 0.0f) ? 0.0f : __fdiv_rn(gs, d);
 #endif
 }
+
+#if __CUDA_ARCH__ >= 900
+// Fetches `bytes` (a multiple of 16) from the 16-byte aligned `src` into L2 (sm_90+).
+__device__ __forceinline__ void prefetch_l2(const void* src, u32 bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(bytes) : "memory");
+}
+#endif
 
 __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll
@@ -1077,6 +1085,22 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
         // This CTA's first loads are issued: let the next kernel (if launched with PDL) get
         // scheduled. It still waits for this grid's completion before it reads anything.
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+
+#if FP4_VEC_ALIGNED && __CUDA_ARCH__ >= 900
+        // With many rows, x and r of the row pf_rows ahead (which a CTA of a later wave will
+        // read) are prefetched into L2, one bulk prefetch each for this CTA's part of it:
+        // DRAM keeps streaming while this SM's CTAs are past their loads, in the row sum and
+        // pass 2, and the later CTA's loads find L2. A hint without side effects; placed
+        // after this row's loads so that it never delays them (the host chooses pf_rows,
+        // 0 where it does not pay: src/cuda/kernel.rs, l2_prefetch_rows).
+        if (lane == 0 && p.pf_rows != 0 && row + p.pf_rows < p.m) {
+            const i64 ahead = row + p.pf_rows;
+            prefetch_l2(p.x + ahead * p.x_stride + v0 * 8, NVC * 16);
+#if FP4_RESIDUAL
+            prefetch_l2(p.r + ahead * p.r_stride + v0 * 8, NVC * 16);
+#endif
+        }
 #endif
 
         // Row sum of squares: warp shuffles, then across the row's warps through shared memory.
