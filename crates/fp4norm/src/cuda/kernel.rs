@@ -527,7 +527,8 @@ fn resident_ctas_per_sm(threads: u32) -> u32 {
 
 /// How many rows ahead each row's CTA prefetches x and r into L2 (the kernel's `pf_rows`;
 /// 0: none): at most one resident wave of rows, and at most `budget` bytes of x and r in
-/// flight ahead. Only the 16-byte vector kernels prefetch.
+/// flight ahead. Only the 16-byte vector kernels of two or more vectors per thread
+/// prefetch (the one-vector kernels are the latency shapes, M up to the SM count).
 ///
 /// `FP4NORM_L2_PREFETCH_ROWS=N` (a test knob: the GPU tests force 1, so that every row's
 /// prefetch addresses are exercised) and `FP4NORM_L2_PREFETCH_MIB=N` (a measurement knob:

@@ -1087,13 +1087,15 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 
-#if FP4_VEC_ALIGNED && __CUDA_ARCH__ >= 900
+#if FP4_VEC_ALIGNED && __CUDA_ARCH__ >= 900 && VPT >= 2
         // With many rows, x and r of the row pf_rows ahead (which a CTA of a later wave will
         // read) are prefetched into L2, one bulk prefetch each for this CTA's part of it:
         // DRAM keeps streaming while this SM's CTAs are past their loads, in the row sum and
         // pass 2, and the later CTA's loads find L2. A hint without side effects; placed
         // after this row's loads so that it never delays them (the host chooses pf_rows,
-        // 0 where it does not pay: src/cuda/kernel.rs, l2_prefetch_rows).
+        // 0 where it does not pay: src/cuda/kernel.rs, l2_prefetch_rows). Not compiled into
+        // the one-vector-per-thread kernels: only the latency shapes (M up to the SM
+        // count) have them, where it never runs and would only lengthen the row's chain.
         if (lane == 0 && p.pf_rows != 0 && row + p.pf_rows < p.m) {
             const i64 ahead = row + p.pf_rows;
             prefetch_l2(p.x + ahead * p.x_stride + v0 * 8, NVC * 16);
