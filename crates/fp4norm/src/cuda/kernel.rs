@@ -543,7 +543,7 @@ pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, sm_count: u32) -
         measurement_knob(
             "FP4NORM_L2_PREFETCH_ROWS",
             |raw| raw.parse().ok(),
-            |n| format!("every vector kernel prefetches the row {n} rows ahead into L2"),
+            |n| format!("every kernel with the L2 prefetch prefetches the row {n} rows ahead"),
             "a row count",
         )
     });
