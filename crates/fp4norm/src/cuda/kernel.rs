@@ -526,8 +526,8 @@ fn resident_ctas_per_sm(threads: u32) -> u32 {
 }
 
 /// How many rows ahead each row's CTA prefetches x and r into L2 (the kernel's `pf_rows`;
-/// 0: none): at most one resident wave of rows, and at most `budget` bytes of x and r in
-/// flight ahead. Only the 16-byte vector kernels of two or more vectors per thread
+/// 0: none): at most one resident wave of rows, and at most the budget
+/// ([`l2_prefetch_budget_mib`]) of x and r in flight ahead. Only the 16-byte vector kernels of two or more vectors per thread
 /// prefetch (the one-vector kernels are the latency shapes, M up to the SM count).
 ///
 /// `FP4NORM_L2_PREFETCH_ROWS=N` (a test knob: the GPU tests force 1, so that every row's
@@ -560,8 +560,9 @@ pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, sm_count: u32) -
             )
         })
         .unwrap_or_else(|| l2_prefetch_budget_mib(m, h, holds_rows_in_registers(cfg, h)));
-    let threads = cfg.threads_per_row * cfg.rows_per_cta;
-    let wave = sm_count as u64 * resident_ctas_per_sm(threads) as u64 * cfg.rows_per_cta as u64
+    let wave = sm_count as u64
+        * resident_ctas_per_sm(cfg.block_threads()) as u64
+        * cfg.rows_per_cta as u64
         / cfg.cluster.max(1) as u64;
     let row_bytes = (h as u64 * 2) * if cfg.residual { 2 } else { 1 };
     let rows = wave.min((budget_mib << 20) / row_bytes.max(1));
@@ -573,7 +574,7 @@ pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, sm_count: u32) -
 fn holds_rows_in_registers(cfg: &KernelConfig, h: usize) -> bool {
     let vectors_per_cta = (h / 8) / cfg.cluster.max(1) as usize;
     let vpt = vectors_per_cta.div_ceil(cfg.threads_per_row.max(1) as usize);
-    vpt <= 4 || (vpt <= 8 && cfg.threads_per_row * cfg.rows_per_cta <= 256)
+    vpt <= 4 || (vpt <= 8 && cfg.block_threads() <= 256)
 }
 
 /// The default L2 prefetch budget of a call of `m` rows of `h` elements whose kernel holds
