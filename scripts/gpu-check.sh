@@ -34,10 +34,11 @@ if has tests; then
   FP4NORM_SWIZZLE_SPLIT=1 "$bin/gpu" --test-threads=3 gpu_sweep_bf16 > "$out/gpu-tests-split.log" 2>&1
   grep -E "^FAIL|panicked" "$out/gpu-tests-split.log" | head -20
   summary+=("tests, split swizzled write forced: $(grep 'test result' "$out/gpu-tests-split.log" | tail -1) ($(( $(date +%s) - start ))s)")
-  # The L2 prefetch runs only from 2^25 elements, past every sweep case: the sweeps and edge
-  # cases again with every row prefetching the next one (its addresses in every kernel).
+  # The L2 prefetch runs only from 2^25 elements, past every sweep case: the sweeps, edge
+  # cases and many-row shapes again with every row prefetching the next one (its addresses
+  # in every kernel).
   start=$(date +%s)
-  FP4NORM_L2_PREFETCH_ROWS=1 "$bin/gpu" --test-threads=3 gpu_sweep gpu_edge_cases > "$out/gpu-tests-prefetch.log" 2>&1
+  FP4NORM_L2_PREFETCH_ROWS=1 "$bin/gpu" --test-threads=3 gpu_sweep gpu_edge_cases gpu_many_row_shapes > "$out/gpu-tests-prefetch.log" 2>&1
   grep -E "^FAIL|panicked" "$out/gpu-tests-prefetch.log" | head -20
   summary+=("tests, L2 prefetch of the next row forced: $(grep 'test result' "$out/gpu-tests-prefetch.log" | tail -1) ($(( $(date +%s) - start ))s)")
 fi

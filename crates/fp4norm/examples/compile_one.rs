@@ -59,6 +59,15 @@ fn main() {
     let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, true, hw_e2m1, 132, true);
     // As Gpu::new does on an H200: sm_90 kernels without the NaN fix-up.
     cfg.hw_canonical_nan = arch == "sm_90";
+    // FP4NORM_TUNE_SHAPE=G,R,C, as `Gpu` applies it: the forced launch shape's registers.
+    if let Some(shape) = fp4norm::cuda::kernel::tune_shape_from_env() {
+        if fp4norm::cuda::kernel::shape_fits(h, p.block(), shape, true) {
+            (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster) = shape;
+        } else {
+            eprintln!("FP4NORM_TUNE_SHAPE {shape:?} does not fit H={h}");
+            std::process::exit(2);
+        }
+    }
     compile_and_report(&cfg, arch, "fp4norm_fused", out);
 }
 

@@ -520,6 +520,54 @@ fn gpu_edge_cases() {
     run_sweep("gpu_edge_cases", &sweep::edge_cases());
 }
 
+/// The launch table's many-row shapes (split rows held in registers, four vectors per
+/// thread, ...) that only calls of thousands of rows take, forced at 300 rows on a `Gpu` of
+/// their own: byte for byte against the CPU like the sweep. (The device script also runs
+/// this with the L2 prefetch of the next row forced, as those calls prefetch.)
+#[test]
+fn gpu_many_row_shapes_at_300_rows() {
+    let g0 = require_gpu!("gpu_many_row_shapes_at_300_rows");
+    let _no_capture_meanwhile = CAPTURE.read().unwrap_or_else(|e| e.into_inner());
+    let cases = sweep::many_row_shape_cases(g0.sm_count());
+    let mut shapes: Vec<(u32, u32, u32)> = cases.iter().map(|&(_, s)| s).collect();
+    shapes.sort_unstable();
+    shapes.dedup();
+    let mut failures = Vec::new();
+    for &shape in &shapes {
+        let g = Gpu::new(0)
+            .expect("opening CUDA device 0")
+            .with_launch_shape(Some(shape));
+        let of_shape: Vec<&Case> = cases
+            .iter()
+            .filter(|(_, s)| *s == shape)
+            .map(|(c, _)| c)
+            .collect();
+        for c in &of_shape {
+            let cfg = g.config(&c.problem(c.dtype), c.gs_mode(), c.aligned());
+            assert_eq!(
+                (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster),
+                shape,
+                "{c:?}: the forced shape must run"
+            );
+        }
+        failures.extend(run_cases_on(&g, &of_shape, 0x5a + shape.0 as u64));
+    }
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
+    eprintln!(
+        "{} cases over {} many-row shapes {shapes:?}, {} failed",
+        cases.len(),
+        shapes.len(),
+        failures.len()
+    );
+    assert!(
+        !cases.is_empty(),
+        "the launch table has many-row shapes to test"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Capture one call in a CUDA graph, change the global scale in device memory, replay:
 /// the replay must use the new scale (it is read by the kernel, not baked in).
 #[test]

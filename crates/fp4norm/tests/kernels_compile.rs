@@ -61,9 +61,10 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             }
         }
     }
-    // Every flag combination of the 512-thread throughput shapes (H = 16384, 32768), the
+    // Every flag combination of the 512-thread throughput shapes (H = 16384, 32768; with
+    // clusters and, for GPUs without them, the CTA of 512 that re-reads its row), the
     // register-tightest kernels (two CTAs per SM asked of the vector ones), aligned or not.
-    for h in [16384usize, 32768] {
+    for (h, clusters) in [(16384usize, true), (32768, true), (32768, false)] {
         for dtype in [fp4norm::DType::BF16, fp4norm::DType::F16] {
             for format in sweep::FORMATS {
                 for layout in [
@@ -84,7 +85,7 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
                             aligned,
                             hw_e2m1,
                             PLAN_SMS,
-                            true,
+                            clusters,
                         );
                         cfg.hw_canonical_nan = !hw_e2m1;
                         if seen.insert(cfg.describe()) {
@@ -92,6 +93,24 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
                         }
                     }
                 }
+            }
+        }
+    }
+    // The launch table's many-row shapes, forced at 300 rows by the GPU tests.
+    for (c, (g, r, cl)) in sweep::many_row_shape_cases(PLAN_SMS) {
+        let mut cfg = KernelConfig::fused(
+            &c.problem(c.dtype),
+            c.gs_mode(),
+            c.aligned(),
+            hw_e2m1,
+            PLAN_SMS,
+            true,
+        );
+        cfg.hw_canonical_nan = !hw_e2m1;
+        (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster) = (g, r, cl);
+        for k in [Some(cfg), cfg.swizzle_pass()].into_iter().flatten() {
+            if seen.insert(k.describe()) {
+                out.push(k);
             }
         }
     }

@@ -376,9 +376,10 @@ fn switch_knob_once(
 /// The table was measured on the H200 (BENCHMARKS.md, "Launch-shape tuning"):
 /// * Many rows (more than SMs): throughput. Two vectors per thread up to H = 4096, four
 ///   up to H = 16384: one CTA per row (short rows share a CTA so that CTAs stay at least
-///   128 threads wide), every row held in registers. Longer rows: one 512-thread CTA per
-///   row that re-reads the row it has just written from L2 in its second pass (better than
-///   holding it in a 1024-thread CTA; see the cluster splits below). (A persistent grid whose
+///   128 threads wide), every row held in registers. Longer rows without clusters: one
+///   512-thread CTA per row that re-reads the row it has just written from L2 in its second
+///   pass (better than holding it in a 1024-thread CTA; with clusters, see the splits
+///   below). (A persistent grid whose
 ///   CTAs load the next row while finishing the current one lost 9-30 points at every H
 ///   from 1024 to 8192 once the CTAs were sized this way; it is gone.)
 /// * Many rows, split over a cluster (sm_90+) where the fifth session's grid measured a
@@ -392,6 +393,15 @@ fn switch_knob_once(
 ///   Other H are unmeasured and keep it too; 133-1023 rows are unmeasured and take the
 ///   splits by extension. Persistent clusters looping over rows lost more. Swizzled and both
 ///   layouts at H = 8192: split / one CTA 0.97-1.01, so they split too.
+///   Since the L2 prefetch (which runs only where rows stay in registers) the splits win
+///   further (fourteenth session, A/B of forced shapes, 2 rounds, bf16 NVFP4 row-major):
+///   H = 16384 in four CTAs of 256 at 4096 / 8192 rows 5.0 / 2.3 % faster than one CTA of
+///   512 (91.5 -> 96.1 %, 95.6 -> 97.9 % of copy), so up to 64 rows per SM; H = 32768 in
+///   eight CTAs of 256 at 4096 / 8192 rows 96.4-98.1 % against 88.8-91.1 % for the
+///   re-reading CTA of 512, so up to 64 rows per SM, and beyond in two CTAs of 512 holding
+///   four vectors per thread (16384 rows: 840.7 µs, 98.9 %, against eight CTAs' 859-861 µs
+///   and the re-reading CTA's 898 µs; one round); H = 7168 in two CTAs of 224 at 8192 rows
+///   2.8 % faster (92.5 -> 95.0 %), at 4096 1.1 %, so between 16 and 64 rows per SM.
 /// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a
 ///   cluster, each on its own SM; fewer where that gives CTAs of whole warps) with one
 ///   vector per thread, so the rows together cover the SMs and no SM works through a
@@ -429,14 +439,18 @@ pub fn launch_shape(
     };
     if clusters && !latency {
         // Many rows: the measured cluster splits, CTAs of two vectors per thread.
-        let split = match nv {
-            1024 => 2,
-            640 if m <= 64 * sms => 2,
-            2048 | 4096 if m <= 16 * sms => nv / 512,
-            _ => 1,
+        let (split, split_vectors) = match nv {
+            1024 => (2, 2),
+            640 if m <= 64 * sms => (2, 2),
+            896 if m > 16 * sms && m <= 64 * sms => (2, 2),
+            2048 | 4096 if m <= 64 * sms => (nv / 512, 2),
+            // Beyond, a 32768-element row in two CTAs of 512 threads holding four vectors
+            // each: held in registers (so the L2 prefetch runs), unlike one CTA of 512.
+            4096 => (2, 4),
+            _ => (1, 2),
         };
         if split > 1 && fits(split) {
-            (c, vectors_per_thread) = (split, 2);
+            (c, vectors_per_thread) = (split, split_vectors);
         }
     }
     if !clusters {
@@ -585,9 +599,13 @@ fn holds_rows_in_registers(cfg: &KernelConfig, h: usize) -> bool {
 /// rows stay in registers (16384 rows at H = 2048 to 16384, 8192 x 4096 / 8192, 4096 x
 /// 16384, 2048 x 32768 in 8-CTA clusters; swizzled 16384 x 4096 even, x 8192 2.3 %), while
 /// 4 or 8 MiB ahead gain less or lose. Where the second pass re-reads its row from L2
-/// (16384 x 32768) every distance loses (4-21 %): the prefetched rows evict it. Smaller calls
-/// mostly stay in L2 anyway, and a prefetch issued at each CTA's start cost 2-10 % there
-/// (1024 x 4096 / 8192, 2048 x 8192, 4096 x 4096).
+/// (16384 x 32768 in one CTA of 512, the shape before the fourteenth session; now only
+/// without clusters) every distance loses (4-21 %): the prefetched rows evict it, and
+/// keeping the re-read row in L2 (evict-last stores, evict-first re-reads) did not save it
+/// (fourteenth session, one round: one wave ahead 30-33 % slower, 8 MiB 2-5 %). Smaller calls mostly stay in
+/// L2 anyway: there one wave ahead (issued after each CTA's loads) measured 3-4 % faster at
+/// 2048 x 4096 / 5120 and 4096 x 5120 but 6-12 % slower at 2048 x 7168, 4096 x 4096 and
+/// 3 % at 1024 x 16384 (fourteenth session), so none below 2^25.
 fn l2_prefetch_budget_mib(m: usize, h: usize, held: bool) -> u64 {
     if held && m.saturating_mul(h) >= 1 << 25 {
         u64::MAX >> 20
@@ -862,12 +880,23 @@ mod tests {
         assert_eq!(rows(16384, 16384, true), 264);
         assert_eq!(rows(16384, 7168, true), 528);
         assert_eq!(rows(2048, 32768, true), 82);
-        // None below 2^25 elements, where the second pass re-reads its row (16384 x
-        // 32768), or without 16-byte vectors.
+        // ... of two-CTA clusters of 512 threads (16384 x 32768: four vectors per thread).
+        assert_eq!(rows(16384, 32768, true), 132);
+        // None below 2^25 elements, where the second pass re-reads its row (one CTA of 512
+        // at H = 32768, without clusters), or without 16-byte vectors.
         assert_eq!(rows(4096, 4096, true), 0);
         assert_eq!(rows(1024, 8192, true), 0);
-        assert_eq!(rows(16384, 32768, true), 0);
         assert_eq!(rows(16384, 4096, false), 0);
+        let p = crate::Problem::new(
+            16384,
+            32768,
+            DType::BF16,
+            crate::ScaleLayout::RowMajor,
+            &crate::Options::nvfp4(),
+        )
+        .expect("valid problem");
+        let unclustered = KernelConfig::fused(&p, GsMode::Uniform, true, false, SMS, false);
+        assert_eq!(l2_prefetch_rows(&unclustered, 16384, 32768, SMS), 0);
     }
 
     #[test]
@@ -883,9 +912,14 @@ mod tests {
             (8192, 8192, (256, 1, 2)),
             (8192, 1024, (256, 1, 2)),
             (16384, 1024, (256, 1, 4)),
-            (16384, 4096, (512, 1, 1)),
+            (16384, 4096, (256, 1, 4)),
+            (16384, 16384, (512, 1, 1)),
+            (7168, 8192, (224, 1, 2)),
+            (7168, 2048, (224, 1, 1)),
             (32768, 2048, (256, 1, 8)),
-            (32768, 4096, (512, 1, 1)),
+            (32768, 8192, (256, 1, 8)),
+            (32768, 16384, (512, 1, 2)), // four vectors per thread, held
+            (32768, 4096 * 64, (512, 1, 2)),
             (4096, 1, (64, 1, 8)),
             (8192, 16, (128, 1, 8)),
             (5120, 1, (128, 1, 5)),
@@ -898,12 +932,19 @@ mod tests {
         ] {
             assert_eq!(launch_shape(h, 16, m, SMS, true), want, "H={h} M={m}");
         }
-        // The limits of the many-row splits (132 SMs): 64 rows per SM at H = 5120, 16 at
-        // H = 16384 / 32768; just above the SM count the splits already apply.
+        // The limits of the many-row splits (132 SMs): 64 rows per SM at H = 5120, 16384
+        // and 32768, 16 to 64 at H = 7168; just above the SM count the splits already apply.
         assert_eq!(launch_shape(5120, 16, 8448, SMS, true), (160, 1, 2));
         assert_eq!(launch_shape(5120, 16, 8449, SMS, true), (160, 1, 1));
-        assert_eq!(launch_shape(16384, 16, 2112, SMS, true), (256, 1, 4));
-        assert_eq!(launch_shape(16384, 16, 2113, SMS, true), (512, 1, 1));
+        assert_eq!(launch_shape(7168, 16, 2112, SMS, true), (224, 1, 1));
+        assert_eq!(launch_shape(7168, 16, 2113, SMS, true), (224, 1, 2));
+        assert_eq!(launch_shape(7168, 16, 8448, SMS, true), (224, 1, 2));
+        assert_eq!(launch_shape(7168, 16, 8449, SMS, true), (224, 1, 1));
+        assert_eq!(launch_shape(16384, 16, 8448, SMS, true), (256, 1, 4));
+        assert_eq!(launch_shape(16384, 16, 8449, SMS, true), (512, 1, 1));
+        assert_eq!(launch_shape(32768, 16, 8448, SMS, true), (256, 1, 8));
+        assert_eq!(launch_shape(32768, 16, 8449, SMS, true), (512, 1, 2));
+        assert_eq!(launch_shape(32768, 32, 8449, SMS, true), (512, 1, 2));
         assert_eq!(launch_shape(32768, 16, 133, SMS, true), (256, 1, 8));
         // Without clusters (pre-Hopper) a row is never split, and many rows keep the
         // single-CTA shape.

@@ -175,6 +175,17 @@ impl Gpu {
         })
     }
 
+    /// Forces the launch shape (threads per row, rows per CTA, CTAs per row) of every fused
+    /// call on this `Gpu` where it fits the problem ([`kernel::shape_fits`]; elsewhere the
+    /// launch table's shape runs), as the measurement knob `FP4NORM_TUNE_SHAPE=G,R,C` does;
+    /// `None` restores the table. For measuring launch-shape tables, and for testing at
+    /// small sizes the shapes the table picks only for large calls: the bytes written never
+    /// depend on the shape.
+    pub fn with_launch_shape(mut self, shape: Option<(u32, u32, u32)>) -> Self {
+        self.tune_shape = shape;
+        self
+    }
+
     /// The device's context.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx

@@ -322,6 +322,43 @@ pub fn edge_cases() -> Vec<Case> {
     out
 }
 
+/// The launch table's many-row shapes that the sweep's sizes never reach (calls of 17 to
+/// 128 rows per SM: up to 2^31 elements), each with a case of 300 rows to run it forced
+/// (`Gpu::with_launch_shape`): bf16 and f16, both presets, every layout in turn, H = 2048
+/// to 32768, with and without residual and `y_out`. The CI compile check builds the same.
+pub fn many_row_shape_cases(sms: u32) -> Vec<(Case, (u32, u32, u32))> {
+    use fp4norm::cuda::kernel::launch_shape;
+    let mut out: Vec<(Case, (u32, u32, u32))> = Vec::new();
+    let mut idx = 0usize;
+    for dtype in [DType::BF16, DType::F16] {
+        for &format in FORMATS.iter() {
+            for h in [2048usize, 4096, 5120, 7168, 8192, 16384, 32768] {
+                let block = format.block_size();
+                let small = launch_shape(h, block, 300, sms, true);
+                for rows_per_sm in [17usize, 65, 128] {
+                    let shape = launch_shape(h, block, rows_per_sm * sms as usize, sms, true);
+                    if shape == small
+                        || out.iter().any(|(c, s)| {
+                            *s == shape && c.h == h && c.dtype == dtype && c.format == format
+                        })
+                    {
+                        continue;
+                    }
+                    let mut c = Case::new(dtype, 300, h, format, LAYOUTS[idx % LAYOUTS.len()]);
+                    c.special_rows = true;
+                    c.residual = idx % 3 != 2;
+                    c.y_out = idx % 2 == 0;
+                    c.per_row_gs = idx % 4 == 1;
+                    c.fill = [Fill::Normal, Fill::Ties, Fill::Wide][idx % 3];
+                    out.push((c, shape));
+                    idx += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Every case of every GPU test.
 pub fn all_cases() -> Vec<Case> {
     let mut v = sweep(DType::BF16);
