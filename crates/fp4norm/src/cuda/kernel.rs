@@ -124,7 +124,7 @@ impl KernelConfig {
         sm_count: u32,
         clusters: bool,
     ) -> Self {
-        let (g, r, c) = launch_shape(p.h, p.block(), p.m, sm_count, clusters);
+        let (g, r, c) = launch_shape(p.h, p.block(), p.m, p.dtype, sm_count, clusters);
         // The swizzle pass moves 4-byte words: only for the vector kernel, whose
         // `aligned` implies 4-byte aligned scale pointers (any alignment is allowed).
         let swizzle_split = p.layout.has_swizzled()
@@ -402,6 +402,10 @@ fn switch_knob_once(
 ///   four vectors per thread (16384 rows: 840.7 µs, 98.9 %, against eight CTAs' 859-861 µs
 ///   and the re-reading CTA's 898 µs; one round); H = 7168 in two CTAs of 224 at 8192 rows
 ///   2.8 % faster (92.5 -> 95.0 %), at 4096 1.1 %, so between 16 and 64 rows per SM.
+///   f16 differs at H = 32768 (same session, NVFP4, 2 rounds): at 4096 / 8192 rows the two
+///   CTAs of 512 take 222 / 435 µs against 228 / 457 µs in eight CTAs of 256 (90.4 -> 93.1 %,
+///   90.5 -> 95.4 % of copy), so f16 takes them from 16 rows per SM; at H = 16384 f16 keeps
+///   the four CTAs of 256 (6.1 / 3.9 % faster than two CTAs of 512).
 /// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a
 ///   cluster, each on its own SM; fewer where that gives CTAs of whole warps) with one
 ///   vector per thread, so the rows together cover the SMs and no SM works through a
@@ -418,6 +422,7 @@ pub fn launch_shape(
     h: usize,
     block: usize,
     m: usize,
+    dtype: DType,
     sm_count: u32,
     clusters: bool,
 ) -> (u32, u32, u32) {
@@ -443,6 +448,8 @@ pub fn launch_shape(
             1024 => (2, 2),
             640 if m <= 64 * sms => (2, 2),
             896 if m > 16 * sms && m <= 64 * sms => (2, 2),
+            // (f16 rows of 32768: two CTAs of 512 from 16 rows per SM, see below.)
+            4096 if dtype == DType::F16 && m > 16 * sms => (2, 4),
             2048 | 4096 if m <= 64 * sms => (nv / 512, 2),
             // Beyond, a 32768-element row in two CTAs of 512 threads holding four vectors
             // each: held in registers (so the L2 prefetch runs), unlike one CTA of 512.
@@ -930,29 +937,99 @@ mod tests {
             (32768, 100, (1024, 1, 1)),
             (32768, 64, (512, 1, 2)), // split rows keep 512-thread CTAs
         ] {
-            assert_eq!(launch_shape(h, 16, m, SMS, true), want, "H={h} M={m}");
+            assert_eq!(
+                launch_shape(h, 16, m, DType::BF16, SMS, true),
+                want,
+                "H={h} M={m}"
+            );
         }
         // The limits of the many-row splits (132 SMs): 64 rows per SM at H = 5120, 16384
         // and 32768, 16 to 64 at H = 7168; just above the SM count the splits already apply.
-        assert_eq!(launch_shape(5120, 16, 8448, SMS, true), (160, 1, 2));
-        assert_eq!(launch_shape(5120, 16, 8449, SMS, true), (160, 1, 1));
-        assert_eq!(launch_shape(7168, 16, 2112, SMS, true), (224, 1, 1));
-        assert_eq!(launch_shape(7168, 16, 2113, SMS, true), (224, 1, 2));
-        assert_eq!(launch_shape(7168, 16, 8448, SMS, true), (224, 1, 2));
-        assert_eq!(launch_shape(7168, 16, 8449, SMS, true), (224, 1, 1));
-        assert_eq!(launch_shape(16384, 16, 8448, SMS, true), (256, 1, 4));
-        assert_eq!(launch_shape(16384, 16, 8449, SMS, true), (512, 1, 1));
-        assert_eq!(launch_shape(32768, 16, 8448, SMS, true), (256, 1, 8));
-        assert_eq!(launch_shape(32768, 16, 8449, SMS, true), (512, 1, 2));
-        assert_eq!(launch_shape(32768, 32, 8449, SMS, true), (512, 1, 2));
-        assert_eq!(launch_shape(32768, 16, 133, SMS, true), (256, 1, 8));
+        assert_eq!(
+            launch_shape(5120, 16, 8448, DType::BF16, SMS, true),
+            (160, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(5120, 16, 8449, DType::BF16, SMS, true),
+            (160, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(7168, 16, 2112, DType::BF16, SMS, true),
+            (224, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(7168, 16, 2113, DType::BF16, SMS, true),
+            (224, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(7168, 16, 8448, DType::BF16, SMS, true),
+            (224, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(7168, 16, 8449, DType::BF16, SMS, true),
+            (224, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(16384, 16, 8448, DType::BF16, SMS, true),
+            (256, 1, 4)
+        );
+        assert_eq!(
+            launch_shape(16384, 16, 8449, DType::BF16, SMS, true),
+            (512, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 8448, DType::BF16, SMS, true),
+            (256, 1, 8)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 8449, DType::BF16, SMS, true),
+            (512, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(32768, 32, 8449, DType::BF16, SMS, true),
+            (512, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 133, DType::BF16, SMS, true),
+            (256, 1, 8)
+        );
         // Without clusters (pre-Hopper) a row is never split, and many rows keep the
         // single-CTA shape.
-        assert_eq!(launch_shape(4096, 16, 1, SMS, false).2, 1);
-        assert_eq!(launch_shape(8192, 16, 8192, SMS, false), (256, 1, 1));
-        assert_eq!(launch_shape(32768, 32, 2048, SMS, false), (512, 1, 1));
+        assert_eq!(launch_shape(4096, 16, 1, DType::BF16, SMS, false).2, 1);
+        assert_eq!(
+            launch_shape(8192, 16, 8192, DType::BF16, SMS, false),
+            (256, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(32768, 32, 2048, DType::BF16, SMS, false),
+            (512, 1, 1)
+        );
+        // f16 rows of 32768 take the two CTAs of 512 from 16 rows per SM; bf16 from 64.
+        assert_eq!(
+            launch_shape(32768, 16, 2112, DType::F16, SMS, true),
+            (256, 1, 8)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 2113, DType::F16, SMS, true),
+            (512, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(32768, 32, 8192, DType::F16, SMS, true),
+            (512, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 8192, DType::BF16, SMS, true),
+            (256, 1, 8)
+        );
+        assert_eq!(
+            launch_shape(16384, 16, 8192, DType::F16, SMS, true),
+            (256, 1, 4)
+        );
         // MXFP4's blocks split the same way.
-        assert_eq!(launch_shape(5120, 32, 4096, SMS, true), (160, 1, 2));
+        assert_eq!(
+            launch_shape(5120, 32, 4096, DType::BF16, SMS, true),
+            (160, 1, 2)
+        );
     }
 
     #[test]
@@ -967,11 +1044,13 @@ mod tests {
                 }
                 for m in [1, 2, 7, 16, 66, 128, 132, 133, 1000, 16384] {
                     for clusters in [true, false] {
-                        let s = launch_shape(h, block, m, SMS, clusters);
-                        assert!(
-                            shape_fits(h, block, s, clusters),
-                            "H={h} B={block} M={m}: {s:?}"
-                        );
+                        for dtype in [DType::BF16, DType::F16] {
+                            let s = launch_shape(h, block, m, dtype, SMS, clusters);
+                            assert!(
+                                shape_fits(h, block, s, clusters),
+                                "H={h} B={block} M={m} {dtype:?}: {s:?}"
+                            );
+                        }
                     }
                 }
             }

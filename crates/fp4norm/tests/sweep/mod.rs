@@ -334,9 +334,10 @@ pub fn many_row_shape_cases(sms: u32) -> Vec<(Case, (u32, u32, u32))> {
         for &format in FORMATS.iter() {
             for h in [2048usize, 4096, 5120, 7168, 8192, 16384, 32768] {
                 let block = format.block_size();
-                let small = launch_shape(h, block, 300, sms, true);
+                let small = launch_shape(h, block, 300, dtype, sms, true);
                 for rows_per_sm in [17usize, 65, 128] {
-                    let shape = launch_shape(h, block, rows_per_sm * sms as usize, sms, true);
+                    let shape =
+                        launch_shape(h, block, rows_per_sm * sms as usize, dtype, sms, true);
                     if shape == small
                         || out.iter().any(|(c, s)| {
                             *s == shape && c.h == h && c.dtype == dtype && c.format == format
