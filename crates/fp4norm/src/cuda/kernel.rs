@@ -443,7 +443,7 @@ pub fn launch_shape(
         (1, nv.div_ceil(512))
     };
     if clusters && !latency {
-        // Many rows: the measured cluster splits, CTAs of two vectors per thread.
+        // Many rows: the measured cluster splits (CTAs per row, vectors per thread).
         let (split, split_vectors) = match nv {
             1024 => (2, 2),
             640 if m <= 64 * sms => (2, 2),
