@@ -21,22 +21,25 @@ use rayon::prelude::*;
 /// The SM count the launch shapes are planned for (the H200's).
 const PLAN_SMS: u32 = 132;
 
+/// The fused kernel a call of `p` uses on the planned GPU, as `Gpu::config` builds it (the
+/// H200 compiles sm_90 kernels without the NaN fix-up, see `Gpu::new`).
+fn planned(
+    p: &fp4norm::Problem,
+    gs: fp4norm::cuda::GsMode,
+    aligned: bool,
+    hw_e2m1: bool,
+    clusters: bool,
+) -> KernelConfig {
+    let mut cfg = KernelConfig::fused(p, gs, aligned, hw_e2m1, PLAN_SMS, clusters);
+    cfg.hw_canonical_nan = !hw_e2m1;
+    cfg
+}
+
 fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
-    let set: BTreeSet<String> = BTreeSet::new();
-    let mut seen = set;
+    let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut out = Vec::new();
     for c in sweep::all_cases() {
-        let cfg = KernelConfig::fused(
-            &c.problem(c.dtype),
-            c.gs_mode(),
-            c.aligned(),
-            hw_e2m1,
-            PLAN_SMS,
-            true,
-        );
-        // The H200 compiles sm_90 kernels without the NaN fix-up (see Gpu::new).
-        let mut cfg = cfg;
-        cfg.hw_canonical_nan = !hw_e2m1;
+        let cfg = planned(&c.problem(c.dtype), c.gs_mode(), c.aligned(), hw_e2m1, true);
         if seen.insert(cfg.describe()) {
             out.push(cfg);
         }
@@ -79,15 +82,13 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
                         let p = fp4norm::Problem::new(16384, h, dtype, layout, &opts)
                             .expect("valid problem")
                             .with_y_out(y_out);
-                        let mut cfg = KernelConfig::fused(
+                        let cfg = planned(
                             &p,
                             fp4norm::cuda::GsMode::Uniform,
                             aligned,
                             hw_e2m1,
-                            PLAN_SMS,
                             clusters,
                         );
-                        cfg.hw_canonical_nan = !hw_e2m1;
                         if seen.insert(cfg.describe()) {
                             out.push(cfg);
                         }
@@ -98,15 +99,7 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
     }
     // The launch table's many-row shapes, forced at 300 rows by the GPU tests.
     for (c, (g, r, cl)) in sweep::many_row_shape_cases(PLAN_SMS) {
-        let mut cfg = KernelConfig::fused(
-            &c.problem(c.dtype),
-            c.gs_mode(),
-            c.aligned(),
-            hw_e2m1,
-            PLAN_SMS,
-            true,
-        );
-        cfg.hw_canonical_nan = !hw_e2m1;
+        let mut cfg = planned(&c.problem(c.dtype), c.gs_mode(), c.aligned(), hw_e2m1, true);
         (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster) = (g, r, cl);
         for k in [Some(cfg), cfg.swizzle_pass()].into_iter().flatten() {
             if seen.insert(k.describe()) {
