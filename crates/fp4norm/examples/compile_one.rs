@@ -61,9 +61,7 @@ fn main() {
     cfg.hw_canonical_nan = arch == "sm_90";
     // FP4NORM_TUNE_SHAPE=G,R,C, as `Gpu` applies it: the forced launch shape's registers.
     if let Some(shape) = fp4norm::cuda::kernel::tune_shape_from_env() {
-        if fp4norm::cuda::kernel::shape_fits(h, p.block(), shape, true) {
-            (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster) = shape;
-        } else {
+        if !cfg.try_launch_shape(shape, true) {
             eprintln!("FP4NORM_TUNE_SHAPE {shape:?} does not fit H={h}");
             std::process::exit(2);
         }

@@ -160,6 +160,17 @@ impl KernelConfig {
         }
     }
 
+    /// Replaces the launch shape (threads per row, rows per CTA, CTAs per row) with `shape`
+    /// if the kernel supports it for this configuration's rows ([`shape_fits`]; `clusters`:
+    /// whether the device has thread-block clusters), and says whether it did.
+    pub fn try_launch_shape(&mut self, shape: (u32, u32, u32), clusters: bool) -> bool {
+        let fits = shape_fits(self.h, self.block, shape, clusters);
+        if fits {
+            (self.threads_per_row, self.rows_per_cta, self.cluster) = shape;
+        }
+        fits
+    }
+
     /// The swizzle pass that completes a fused call of this configuration, if it is split.
     pub fn swizzle_pass(&self) -> Option<KernelConfig> {
         (self.kind == KernelKind::Fused && self.swizzle_split).then(|| KernelConfig {

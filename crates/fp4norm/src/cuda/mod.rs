@@ -260,9 +260,7 @@ impl Gpu {
         // A knob for measuring launch shapes on a device (the bytes never change):
         // FP4NORM_TUNE_SHAPE=G,R,C forces a launch shape where it is valid.
         if let Some(shape) = self.tune_shape {
-            if kernel::shape_fits(problem.h, problem.block(), shape, self.clusters) {
-                (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster) = shape;
-            } else {
+            if !cfg.try_launch_shape(shape, self.clusters) {
                 static WARNED: std::sync::atomic::AtomicBool =
                     std::sync::atomic::AtomicBool::new(false);
                 if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
