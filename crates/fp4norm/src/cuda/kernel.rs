@@ -416,7 +416,10 @@ fn switch_knob_once(
 ///   f16 differs at H = 32768 (same session, NVFP4, 2 rounds): at 4096 / 8192 rows the two
 ///   CTAs of 512 take 222 / 435 µs against 228 / 457 µs in eight CTAs of 256 (90.4 -> 93.1 %,
 ///   90.5 -> 95.4 % of copy), so f16 takes them from 16 rows per SM; at H = 16384 f16 keeps
-///   the four CTAs of 256 (6.1 / 3.9 % faster than two CTAs of 512).
+///   the four CTAs of 256 (6.1 / 3.9 % faster than two CTAs of 512) up to 32 rows per SM and
+///   then takes one CTA of 512 holding four vectors (fifteenth session, 2 rounds, row-major:
+///   f16 8192 x 16384 220.8 -> 216.4 µs NVFP4, 220.3 -> 215.3 MXFP4, 93.5 -> 95.6 % of copy;
+///   at 4096 rows 1.5 / 2.9 % slower, and bf16 2-4.5 % slower at both, so only f16 from 32).
 /// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a
 ///   cluster, each on its own SM; fewer where that gives CTAs of whole warps) with one
 ///   vector per thread, so the rows together cover the SMs and no SM works through a
@@ -461,6 +464,8 @@ pub fn launch_shape(
             896 if m > 16 * sms && m <= 64 * sms => (2, 2),
             // (f16 rows of 32768: two CTAs of 512 from 16 rows per SM, see below.)
             4096 if dtype == DType::F16 && m > 16 * sms => (2, 4),
+            // (f16 rows of 16384: one CTA of 512 from 32 rows per SM, see below.)
+            2048 if dtype == DType::F16 && m > 32 * sms => (1, 4),
             2048 | 4096 if m <= 64 * sms => (nv / 512, 2),
             // Beyond, a 32768-element row in two CTAs of 512 threads holding four vectors
             // each: held in registers (so the L2 prefetch runs), unlike one CTA of 512.
@@ -1032,8 +1037,21 @@ mod tests {
             launch_shape(32768, 16, 8192, DType::BF16, SMS, true),
             (256, 1, 8)
         );
+        // f16 rows of 16384 take one CTA of 512 from 32 rows per SM; bf16 from 64.
         assert_eq!(
-            launch_shape(16384, 16, 8192, DType::F16, SMS, true),
+            launch_shape(16384, 16, 4224, DType::F16, SMS, true),
+            (256, 1, 4)
+        );
+        assert_eq!(
+            launch_shape(16384, 16, 4225, DType::F16, SMS, true),
+            (512, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(16384, 32, 8192, DType::F16, SMS, true),
+            (512, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(16384, 16, 8192, DType::BF16, SMS, true),
             (256, 1, 4)
         );
         // MXFP4's blocks split the same way.
