@@ -238,7 +238,8 @@ impl KernelConfig {
             "#define FP4_KIND {}\n#define FP4_F16 {}\n#define FP4_H {}\n#define FP4_BLOCK {}\n#define FP4_UE8M0 {}\n\
              #define FP4_ROW_MAJOR {}\n#define FP4_SWIZZLED {}\n#define FP4_RESIDUAL {}\n\
              #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_HW_CANONICAL_NAN {}\n#define FP4_FORCE_EXACT_SUMSQ {}\n#define FP4_G {}\n\
-             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n#define FP4_SWZ_SPLIT {}\n#define FP4_SWZ_KEEP {}\n",
+             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n#define FP4_SWZ_SPLIT {}\n#define FP4_SWZ_KEEP {}\n\
+             #define FP4_HOLD_IN_REGS {}\n#define FP4_MIN_CTAS {}\n",
             self.kind as u32,
             b(self.dtype == DType::F16),
             self.h,
@@ -262,7 +263,52 @@ impl KernelConfig {
             b(self.aligned),
             b(self.swizzle_split),
             b(self.swizzle_keep),
+            b(self.holds_rows_in_registers()),
+            self.min_ctas_per_sm(),
         )
+    }
+
+    /// Vectors (8 elements, 16 bytes) per thread of the fused kernel: a row's vectors over
+    /// its CTAs, then over each CTA's threads per row (the kernel's `VPT`).
+    pub fn vectors_per_thread(&self) -> usize {
+        let vectors_per_cta = (self.h / 8) / self.cluster.max(1) as usize;
+        vectors_per_cta.div_ceil(self.threads_per_row.max(1) as usize)
+    }
+
+    /// Whether the fused kernel keeps each row in registers between its two passes rather
+    /// than re-reading it from L2 in the second (`FP4_HOLD_IN_REGS`): up to four vectors
+    /// per thread, or eight in CTAs of at most 256 threads. Only rows held in registers
+    /// get the L2 prefetch by default ([`l2_prefetch_rows`]).
+    pub fn holds_rows_in_registers(&self) -> bool {
+        let vpt = self.vectors_per_thread();
+        vpt <= 4 || (vpt <= 8 && self.block_threads() <= 256)
+    }
+
+    /// The minimum of resident CTAs per SM that the fused kernel's launch bound asks for
+    /// (`FP4_MIN_CTAS`; 1 = none beyond the CTA size).
+    ///
+    /// The explicit minimum matters: without it ptxas trades registers for occupancy and
+    /// sinks some of pass 1's loads below the first arithmetic, so fewer loads are in
+    /// flight (measured on the H200: 94 % -> 86 % of copy at 16384 x 16384, with 56 -> 43
+    /// registers and no gain in resident CTAs). 512-thread CTAs ask for two: at 66
+    /// registers (f16 NVFP4, H = 32768) only one fits, and that shape measured 80 % of copy
+    /// against 91 % for its 64-register MXFP4 twin. 256- and 128-thread CTAs ask for five
+    /// and ten (at most 48 registers): 49-56 registers allocate as 56, one resident CTA
+    /// fewer, and 1024 x 4096 MXFP4 at 51 registers measured 3.5 % slower than at 47 (H200,
+    /// eighth session). Bounded (no kernel spills), with the `__grid_constant__` parameter:
+    /// 0.7-2.5 % faster at M >= 8192 in the ninth session's A/B, 1.4-1.6 % slower at 1024 x
+    /// 4096 NVFP4 and 4096 x 5120 MXFP4 (BENCHMARKS.md). Not for the element-wise fallback
+    /// (unaligned rows): at 64 registers some of its f16 H = 32768 kernels spill.
+    pub fn min_ctas_per_sm(&self) -> u32 {
+        if !self.aligned {
+            return 1;
+        }
+        match self.block_threads() {
+            512 => 2,
+            256 => 5,
+            128 => 10,
+            _ => 1,
+        }
     }
 
     /// The full source of this specialisation.
@@ -550,15 +596,13 @@ pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
     knob.unwrap_or(m.saturating_mul(h) >= 1 << 24)
 }
 
-/// Resident CTAs per SM of a fused kernel with CTAs of `threads` threads: the minimum its
-/// launch bound asks for (`MIN_CTAS_PER_SM` in the kernel source), or, for CTA sizes it
-/// does not bound, what 64 registers per thread allow.
-fn resident_ctas_per_sm(threads: u32) -> u32 {
-    match threads {
-        512 => 2,
-        256 => 5,
-        128 => 10,
-        t => (65536 / (64 * t.max(1))).max(1),
+/// Resident CTAs per SM of an aligned fused kernel: the minimum its launch bound asks for
+/// ([`KernelConfig::min_ctas_per_sm`]), or, for CTA sizes it does not bound, what 64
+/// registers per thread allow.
+fn resident_ctas_per_sm(cfg: &KernelConfig) -> u32 {
+    match cfg.min_ctas_per_sm() {
+        1 => (65536 / (64 * cfg.block_threads().max(1))).max(1),
+        bound => bound,
     }
 }
 
@@ -596,22 +640,12 @@ pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, sm_count: u32) -
                 "a size in MiB",
             )
         })
-        .unwrap_or_else(|| l2_prefetch_budget_mib(m, h, holds_rows_in_registers(cfg, h)));
-    let wave = sm_count as u64
-        * resident_ctas_per_sm(cfg.block_threads()) as u64
-        * cfg.rows_per_cta as u64
+        .unwrap_or_else(|| l2_prefetch_budget_mib(m, h, cfg.holds_rows_in_registers()));
+    let wave = sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
         / cfg.cluster.max(1) as u64;
     let row_bytes = (h as u64 * 2) * if cfg.residual { 2 } else { 1 };
     let rows = wave.min((budget_mib << 20) / row_bytes.max(1));
     u32::try_from(rows).unwrap_or(u32::MAX)
-}
-
-/// Whether the fused kernel keeps each row in registers between its two passes
-/// (`HOLD_IN_REGS` in the kernel source) rather than re-reading it from L2.
-fn holds_rows_in_registers(cfg: &KernelConfig, h: usize) -> bool {
-    let vectors_per_cta = (h / 8) / cfg.cluster.max(1) as usize;
-    let vpt = vectors_per_cta.div_ceil(cfg.threads_per_row.max(1) as usize);
-    vpt <= 4 || (vpt <= 8 && cfg.block_threads() <= 256)
 }
 
 /// The default L2 prefetch budget of a call of `m` rows of `h` elements whose kernel holds
@@ -920,6 +954,42 @@ mod tests {
         .expect("valid problem");
         let unclustered = KernelConfig::fused(&p, GsMode::Uniform, true, false, SMS, false);
         assert_eq!(l2_prefetch_rows(&unclustered, 16384, 32768, SMS), 0);
+    }
+
+    #[test]
+    fn the_kernel_takes_its_register_hold_and_launch_bound_from_the_host() {
+        let p = crate::Problem::new(
+            16384,
+            32768,
+            DType::BF16,
+            crate::ScaleLayout::RowMajor,
+            &crate::Options::nvfp4(),
+        )
+        .expect("valid problem");
+        let shaped = |shape: (u32, u32, u32), aligned: bool| {
+            let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, SMS, true);
+            assert!(cfg.try_launch_shape(shape, true), "{shape:?}");
+            cfg
+        };
+        // (vectors per thread, held, launch bound) per shape of a row of 4096 vectors.
+        for (shape, vpt, held, min_ctas) in [
+            ((256, 1, 8), 2, true, 5),  // eight CTAs of 256
+            ((512, 1, 2), 4, true, 2),  // two CTAs of 512
+            ((256, 1, 2), 8, true, 5),  // eight vectors in a CTA of 256 still held
+            ((512, 1, 1), 8, false, 2), // ... not in one of 512: the re-reading CTA
+            ((1024, 1, 1), 4, true, 1), // no launch bound beyond the size
+            ((224, 1, 1), 19, false, 1),
+        ] {
+            let cfg = shaped(shape, true);
+            assert_eq!(cfg.vectors_per_thread(), vpt, "{shape:?}");
+            assert_eq!(cfg.holds_rows_in_registers(), held, "{shape:?}");
+            assert_eq!(cfg.min_ctas_per_sm(), min_ctas, "{shape:?}");
+            let defines = cfg.defines();
+            assert!(defines.contains(&format!("#define FP4_HOLD_IN_REGS {}\n", held as u32)));
+            assert!(defines.contains(&format!("#define FP4_MIN_CTAS {min_ctas}\n")));
+        }
+        // The element-wise fallback (unaligned rows) is never bounded.
+        assert_eq!(shaped((512, 1, 1), false).min_ctas_per_sm(), 1);
     }
 
     #[test]

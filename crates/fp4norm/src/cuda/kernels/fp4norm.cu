@@ -46,6 +46,11 @@
 //                    quarters of a 128-row tile fill piecewise stay in L2 until complete
 //                    instead of being written back part-filled while the call streams
 //                    tens of MB past them (src/cuda/kernel.rs, swizzle_keep_wanted).
+//   FP4_HOLD_IN_REGS 1: each thread keeps its vectors of the row in registers between the
+//                    two passes; 0: the second pass re-reads them (KernelConfig::
+//                    holds_rows_in_registers)
+//   FP4_MIN_CTAS     the fused kernel's launch bound: minimum resident CTAs per SM
+//                    (KernelConfig::min_ctas_per_sm)
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -62,7 +67,9 @@ typedef long long i64;
 #define WARPS_PER_ROW (FP4_G / 32)
 // Rows held in registers between the two passes; beyond that the second pass
 // re-reads h from the residual (or x) it has just written (same thread, same addresses).
-#define HOLD_IN_REGS (VPT <= 4 || (VPT <= 8 && FP4_G * FP4_R <= 256))
+// Decided by the host (KernelConfig::holds_rows_in_registers in src/cuda/kernel.rs),
+// whose L2 prefetch budget depends on it too: one rule, not two copies.
+#define HOLD_IN_REGS FP4_HOLD_IN_REGS
 #define PASS1_CHUNK (HOLD_IN_REGS ? VPT : 4)
 // With few vectors per thread (the latency-bound shapes), the weight and the global
 // scale are loaded with x and r, so that no second memory round trip follows the
@@ -976,24 +983,10 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float r
 #undef SQ_SYNC
 }
 
-// The explicit minimum of resident CTAs per SM matters: without it ptxas trades
-// registers for occupancy and sinks some of pass 1's loads below the first arithmetic,
-// so fewer loads are in flight (measured on the H200: 94 % -> 86 % of copy at
-// 16384 x 16384, with 56 -> 43 registers and no gain in resident CTAs). 512-thread CTAs
-// ask for two: at 66 registers (f16 NVFP4, H = 32768) only one fits, and that shape
-// measured 80 % of copy against 91 % for its 64-register MXFP4 twin. 256- and 128-thread
-// CTAs ask for five and ten (at most 48 registers): 49-56 registers allocate as 56, one
-// resident CTA fewer, and 1024 x 4096 MXFP4 at 51 registers measured 3.5 % slower than at
-// 47 (H200, eighth session). Bounded (no kernel spills), with the __grid_constant__
-// parameter: 0.7-2.5 % faster at M >= 8192 in the ninth session's A/B, 1.4-1.6 % slower
-// at 1024 x 4096 NVFP4 and 4096 x 5120 MXFP4 (BENCHMARKS.md). (Not for the element-wise
-// fallback: at 64 registers some of its f16 H = 32768 kernels spill.)
-#define MIN_CTAS_PER_SM                                               \
-    (!FP4_VEC_ALIGNED              ? 1                                \
-     : FP4_G * FP4_R == 512        ? 2                                \
-     : FP4_G * FP4_R == 256        ? 5                                \
-     : FP4_G * FP4_R == 128        ? 10                               \
-                                   : 1)
+// The launch bound's minimum of resident CTAs per SM: decided by the host
+// (KernelConfig::min_ctas_per_sm in src/cuda/kernel.rs, with the measurements behind it),
+// which also sizes the L2 prefetch's resident wave from it.
+#define MIN_CTAS_PER_SM FP4_MIN_CTAS
 extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R, MIN_CTAS_PER_SM)
 fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
     const RowPlace at = row_place();
