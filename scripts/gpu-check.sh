@@ -178,7 +178,8 @@ fi
 
 if [[ " $modes " == *" report "* ]]; then
   # Everything BENCHMARKS.md's issue-4 table needs, from one machine in one call, kept in
-  # one tarball (the device tool brings back at most 8 files). 396 s on an H200 (4th session).
+  # one tarball (the device tool brings back at most 8 files). About 480 s on an H200 with every
+  # section (fifteenth session: 385 s to the H = 32768 section, ~45 s each for it and f16).
   # REPORT_DEADLINE (seconds, default 500): sections not started by then are skipped (and
   # say so), so that the tarball is always written within a device call's limit.
   echo "== report: tests, main table, Triton peer, layouts, y_out, PDL, H = 32768, f16"
