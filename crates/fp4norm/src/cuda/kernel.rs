@@ -466,6 +466,12 @@ fn switch_knob_once(
 ///   then takes one CTA of 512 holding four vectors (fifteenth session, 2 rounds, row-major:
 ///   f16 8192 x 16384 220.8 -> 216.4 µs NVFP4, 220.3 -> 215.3 MXFP4, 93.5 -> 95.6 % of copy;
 ///   at 4096 rows 1.5 / 2.9 % slower, and bf16 2-4.5 % slower at both, so only f16 from 32).
+///   H = 5120 beyond 64 rows per SM takes one CTA of 320 threads holding two vectors instead
+///   of 160 holding four (same session, 2 rounds, NVFP4 row-major, 16384 rows: bf16 137.45
+///   -> 135.10 µs, f16 137.50 -> 135.45; 54 registers against 64; again on the landed
+///   table, every preset: the old shape 2.4 / 2.6 % slower in bf16, 1.6 / 0.9 % in f16).
+///   At 8192 rows the two-CTA cluster and the CTA of 320 are even (0.4-0.6 %). Without
+///   clusters the table keeps its first rule (160 threads holding four), unmeasured there.
 /// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a
 ///   cluster, each on its own SM; fewer where that gives CTAs of whole warps) with one
 ///   vector per thread, so the rows together cover the SMs and no SM works through a
@@ -507,6 +513,9 @@ pub fn launch_shape(
         let (split, split_vectors) = match nv {
             1024 => (2, 2),
             640 if m <= 64 * sms => (2, 2),
+            // Beyond, a row of 5120 in one CTA of 320 holding two vectors, not 160 holding
+            // four (fifteenth session, see above).
+            640 => (1, 2),
             896 if m > 16 * sms && m <= 64 * sms => (2, 2),
             // (f16 rows of 32768: two CTAs of 512 from 16 rows per SM, see below.)
             4096 if dtype == DType::F16 && m > 16 * sms => (2, 4),
@@ -516,9 +525,9 @@ pub fn launch_shape(
             // Beyond, a 32768-element row in two CTAs of 512 threads holding four vectors
             // each: held in registers (so the L2 prefetch runs), unlike one CTA of 512.
             4096 => (2, 4),
-            _ => (1, 2),
+            _ => (c, vectors_per_thread),
         };
-        if split > 1 && fits(split) {
+        if split == 1 || fits(split) {
             (c, vectors_per_thread) = (split, split_vectors);
         }
     }
@@ -1000,7 +1009,7 @@ mod tests {
             (2048, 32768, (128, 1, 1)),
             (4096, 16384, (256, 1, 1)),
             (5120, 8192, (160, 1, 2)),
-            (5120, 16384, (160, 1, 1)),
+            (5120, 16384, (320, 1, 1)),
             (7168, 16384, (224, 1, 1)),
             (8192, 8192, (256, 1, 2)),
             (8192, 1024, (256, 1, 2)),
@@ -1037,6 +1046,15 @@ mod tests {
         );
         assert_eq!(
             launch_shape(5120, 16, 8449, DType::BF16, SMS, true),
+            (320, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(5120, 32, 16384, DType::F16, SMS, true),
+            (320, 1, 1)
+        );
+        // Without clusters, four vectors in 160 threads at every M beyond the SMs.
+        assert_eq!(
+            launch_shape(5120, 16, 16384, DType::BF16, SMS, false),
             (160, 1, 1)
         );
         assert_eq!(
