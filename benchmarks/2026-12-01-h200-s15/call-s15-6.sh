@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 15, call 6 (working tree of the commit after 8c2caa7: H = 5120 beyond 64 rows per SM in one CTA of 320
+# Session 15, call 6 (working tree committed as 5d7b203: H = 5120 beyond 64 rows per SM in one CTA of 320
 # holding two vectors): the GPU suite (its many-row-shape test now forces (320, 1, 1) at
 # H = 5120), then A/Bs, one binary, two rounds, row-major: 16384 x 5120 with the new table
 # against the old shape forced (160, 1, 1); 16384 x 7168 with the table's (224, 1, 1) against
