@@ -923,6 +923,18 @@ mod tests {
         assert!(!swizzle_keep_wanted(usize::MAX, 0));
     }
 
+    /// A bf16 NVFP4 row-major problem of `m` rows of `h` elements (the shape tests' usual).
+    fn bf16_nvfp4_problem(m: usize, h: usize) -> crate::Problem {
+        crate::Problem::new(
+            m,
+            h,
+            DType::BF16,
+            crate::ScaleLayout::RowMajor,
+            &crate::Options::nvfp4(),
+        )
+        .expect("valid problem")
+    }
+
     #[test]
     fn l2_prefetch_one_wave_ahead_from_2_to_the_25_elements_with_rows_held() {
         if std::env::var_os("FP4NORM_L2_PREFETCH_ROWS").is_some()
@@ -931,9 +943,7 @@ mod tests {
             return; // the knobs override the rule
         }
         let rows = |m: usize, h: usize, aligned: bool| {
-            let opts = crate::Options::nvfp4();
-            let p = crate::Problem::new(m, h, DType::BF16, crate::ScaleLayout::RowMajor, &opts)
-                .expect("valid problem");
+            let p = bf16_nvfp4_problem(m, h);
             let cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, SMS, true);
             l2_prefetch_rows(&cfg, m, h, SMS)
         };
@@ -953,28 +963,14 @@ mod tests {
         assert_eq!(rows(4096, 4096, true), 0);
         assert_eq!(rows(1024, 8192, true), 0);
         assert_eq!(rows(16384, 4096, false), 0);
-        let p = crate::Problem::new(
-            16384,
-            32768,
-            DType::BF16,
-            crate::ScaleLayout::RowMajor,
-            &crate::Options::nvfp4(),
-        )
-        .expect("valid problem");
+        let p = bf16_nvfp4_problem(16384, 32768);
         let unclustered = KernelConfig::fused(&p, GsMode::Uniform, true, false, SMS, false);
         assert_eq!(l2_prefetch_rows(&unclustered, 16384, 32768, SMS), 0);
     }
 
     #[test]
     fn the_kernel_takes_its_register_hold_and_launch_bound_from_the_host() {
-        let p = crate::Problem::new(
-            16384,
-            32768,
-            DType::BF16,
-            crate::ScaleLayout::RowMajor,
-            &crate::Options::nvfp4(),
-        )
-        .expect("valid problem");
+        let p = bf16_nvfp4_problem(16384, 32768);
         let shaped = |shape: (u32, u32, u32), aligned: bool| {
             let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, SMS, true);
             assert!(cfg.try_launch_shape(shape, true), "{shape:?}");
