@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
-use fp4norm::cuda::{Gpu, RawCall, RawGlobalScale, RawMat};
+use fp4norm::cuda::Gpu;
 use fp4norm::ScaleOut;
+use fp4norm::{RawBuf, RawCall, RawGlobalScale, RawMat};
 
 use crate::backend::{median, Backend, CopyBaseline, Prepared};
 use crate::case::{Case, Gs, Outputs, OUT_CANARY, Y_OUT_CANARY};
@@ -277,39 +278,30 @@ impl<'a> CudaPrepared<'a> {
             row_stride: case.stride,
             len: Some(len),
         };
+        let buf8 = |b: &CudaSlice<u8>| RawBuf::new(ptr8(b), b.len());
         let scales = match (&row_major, &swizzled) {
             (Some(r), Some(sw)) => ScaleOut::Both {
-                row_major: ptr8(r),
-                swizzled: ptr8(sw),
+                row_major: buf8(r),
+                swizzled: buf8(sw),
             },
-            (Some(r), None) => ScaleOut::RowMajor(ptr8(r)),
-            (None, Some(sw)) => ScaleOut::Swizzled(ptr8(sw)),
+            (Some(r), None) => ScaleOut::RowMajor(buf8(r)),
+            (None, Some(sw)) => ScaleOut::Swizzled(buf8(sw)),
             (None, None) => return Err(CliError("a case needs a scale layout".into())),
         };
         let call = RawCall {
             dtype: case.dtype,
             x: mat(&x, case.x.len()),
             residual: residual.as_ref().map(|r| mat(r, case.x.len())),
-            weight: ptr16(&w),
-            weight_len: Some(case.w.len()),
-            y_fp4: ptr8(&y_fp4),
-            y_fp4_len: Some(init.y_fp4.len()),
+            weight: RawBuf::new(ptr16(&w), case.w.len()),
+            y_fp4: RawBuf::new(ptr8(&y_fp4), init.y_fp4.len()),
             scales,
-            scale_lens: (
-                init.row_major.as_ref().map(Vec::len),
-                init.swizzled.as_ref().map(Vec::len),
-            ),
             y_out: y_out
                 .as_ref()
                 .map(|y| mat(y, init.y_out.as_ref().map_or(0, Vec::len))),
-            global_scale: match case.gs {
-                Gs::Uniform(_) => RawGlobalScale::Uniform(ptr8_f32(&gs, s)),
-                Gs::PerRow(_) => RawGlobalScale::PerRow(ptr8_f32(&gs, s)),
+            global_scale: match &case.gs {
+                Gs::Uniform(_) => RawGlobalScale::Uniform(RawBuf::new(ptr8_f32(&gs, s), 1)),
+                Gs::PerRow(v) => RawGlobalScale::PerRow(RawBuf::new(ptr8_f32(&gs, s), v.len())),
             },
-            global_scale_len: Some(match &case.gs {
-                Gs::Uniform(_) => 1,
-                Gs::PerRow(v) => v.len(),
-            }),
             options: case.opts,
         };
         Ok(CudaPrepared {

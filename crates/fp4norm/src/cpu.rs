@@ -79,6 +79,19 @@ fn run<T: Element>(
     opts: &Options,
 ) -> Result<(), Error> {
     let p = validate_host(&x, residual.as_ref(), w, &out, &gs, opts)?;
+    run_checked(&p, x, residual, w, out, gs)
+}
+
+/// [`run`] after validation: `p` is what [`validate_host`] returned for these arguments.
+pub(crate) fn run_checked<T: Element>(
+    p: &Problem,
+    x: MatRef<'_, T>,
+    residual: Option<MatMut<'_, T>>,
+    w: &[T],
+    out: Fp4Out<'_, T>,
+    gs: GlobalScale<'_>,
+) -> Result<(), Error> {
+    let p = *p;
     if p.m == 0 {
         return Ok(());
     }

@@ -4,7 +4,8 @@ use rayon::prelude::*;
 
 use crate::codec::{e2m1_decode, e4m3_decode, ue8m0_decode};
 use crate::layout::{swizzled_offset, ScaleLayout};
-use crate::{DType, Error, Fp4Format, GlobalScale, Options, Problem, ScaleFormat};
+use crate::raw::{RawBuf, RawDequant, RawGlobalScale};
+use crate::{Error, Fp4Format, GlobalScale, ScaleFormat, ScaleOut};
 
 /// Block scales to read, in one layout.
 #[derive(Clone, Copy, Debug)]
@@ -41,19 +42,26 @@ pub fn dequantize(
         ScaleIn::RowMajor(s) => (ScaleLayout::RowMajor, s),
         ScaleIn::Swizzled(s) => (ScaleLayout::Swizzled, s),
     };
-    let p = Problem::new(m, h, DType::BF16, layout, &Options { format, eps: 0.0 })?;
-    let (rm, sw) = match scales {
-        ScaleIn::RowMajor(s) => (Some(s.len()), None),
-        ScaleIn::Swizzled(s) => (None, Some(s.len())),
+    let buf = |s: &[u8]| RawBuf::new(s.as_ptr() as usize as u64, s.len());
+    let call = RawDequant {
+        m,
+        h,
+        format,
+        y_fp4: buf(y_fp4),
+        scales: match layout {
+            ScaleLayout::Swizzled => ScaleOut::Swizzled(buf(sf)),
+            _ => ScaleOut::RowMajor(buf(sf)),
+        },
+        global_scale: match global_scale {
+            // A host scale is a value, not an address: no range to check.
+            GlobalScale::Uniform(_) => RawGlobalScale::None,
+            GlobalScale::PerRow(g) => {
+                RawGlobalScale::PerRow(RawBuf::new(g.as_ptr() as usize as u64, g.len()))
+            }
+        },
+        out: RawBuf::new(out.as_mut_ptr() as usize as u64, out.len()),
     };
-    p.check_output_lens(y_fp4.len(), rm, sw)?;
-    p.check_len(
-        "out",
-        out.len(),
-        m * h,
-        &format!("M·H for M = {m}, H = {h}"),
-    )?;
-    global_scale.check(m)?;
+    let p = call.validate()?.problem;
     if m == 0 {
         return Ok(());
     }

@@ -1,10 +1,12 @@
-//! Argument checks shared by the host backends (SPEC.md §5): every rule is checked here,
-//! before any backend writes a byte.
+//! The host backends' entry: their calls are checked by the one validator (SPEC.md §5,
+//! [`crate::raw`]) before any backend writes a byte.
 
+use crate::raw::RawCall;
 use crate::{Element, Error, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem};
 
-/// Checks one host call and returns its [`Problem`]. Safe Rust borrows already rule out
-/// overlapping inputs and outputs, so only shapes, lengths and options are checked.
+/// Checks one host call with the one validator ([`RawCall::validate`]) and returns its
+/// [`Problem`]. Safe Rust borrows already rule out overlapping outputs, so in practice only
+/// shapes, lengths and options can fail here.
 pub(crate) fn validate_host<T: Element>(
     x: &MatRef<'_, T>,
     residual: Option<&MatMut<'_, T>>,
@@ -13,46 +15,9 @@ pub(crate) fn validate_host<T: Element>(
     gs: &GlobalScale<'_>,
     opts: &Options,
 ) -> Result<Problem, Error> {
-    let (m, h) = (x.rows(), x.cols());
-    let mut p = Problem::new(m, h, T::DTYPE, out.scales.layout(), opts)?;
-    p.has_residual = residual.is_some();
-    p.has_y_out = out.y_out.is_some();
-    let same_shape = |name, rows: usize, cols: usize| {
-        if rows != m || cols != h {
-            Err(Error::ShapeMismatch {
-                name,
-                rows: m,
-                cols: h,
-                got_rows: rows,
-                got_cols: cols,
-            })
-        } else {
-            Ok(())
-        }
-    };
-    if let Some(r) = residual {
-        same_shape("residual", r.rows(), r.cols())?;
-    }
-    if w.len() != h {
-        return Err(Error::WeightLength {
-            expected: h,
-            got: w.len(),
-        });
-    }
-    let (rm, sw) = match &out.scales {
-        crate::ScaleOut::RowMajor(r) => (Some(r.len()), None),
-        crate::ScaleOut::Swizzled(s) => (None, Some(s.len())),
-        crate::ScaleOut::Both {
-            row_major,
-            swizzled,
-        } => (Some(row_major.len()), Some(swizzled.len())),
-    };
-    p.check_output_lens(out.y_fp4.len(), rm, sw)?;
-    if let Some(y) = &out.y_out {
-        same_shape("y_out", y.rows(), y.cols())?;
-    }
-    gs.check(m)?;
-    Ok(p)
+    Ok(RawCall::from_host(x, residual, w, out, gs, opts)
+        .validate()?
+        .problem)
 }
 
 /// The outputs of one call, unpacked.

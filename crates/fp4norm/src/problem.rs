@@ -160,12 +160,13 @@ impl Problem {
         Ok(())
     }
 
-    /// Checks the length of `y_fp4` and of the scale buffers the layout writes.
+    /// Checks the length of `y_fp4` and of the scale buffers the layout writes, each given
+    /// with the name errors report it by.
     pub(crate) fn check_output_lens(
         &self,
         y_fp4: usize,
-        row_major: Option<usize>,
-        swizzled: Option<usize>,
+        row_major: Option<(&'static str, usize)>,
+        swizzled: Option<(&'static str, usize)>,
     ) -> Result<(), Error> {
         self.check_len(
             "y_fp4",
@@ -173,21 +174,21 @@ impl Problem {
             self.fp4_len(),
             &format!("M·H/2 for M = {}, H = {}", self.m, self.h),
         )?;
-        if let Some(len) = row_major {
+        if let Some((name, len)) = row_major {
             self.check_len(
-                "block_scale (row-major)",
+                name,
                 len,
                 self.row_major_scales_len(),
                 &format!("M·H/B for M = {}, H/B = {}", self.m, self.n_blocks()),
             )?;
         }
-        if let Some(len) = swizzled {
+        if let Some((name, len)) = swizzled {
             self.check_len(
-                "block_scale (swizzled)",
+                name,
                 len,
                 self.swizzled_scales_len(),
                 &format!(
-                    "128·ceil(M/128)·4·ceil((H/B)/4) for M = {}, H/B = {}",
+                    "the swizzled 128x4 layout: 128·ceil(M/128)·4·ceil((H/B)/4) for M = {}, H/B = {}",
                     self.m,
                     self.n_blocks()
                 ),

@@ -259,16 +259,6 @@ impl GlobalScale<'_> {
             GlobalScale::PerRow(g) => g[i],
         }
     }
-
-    pub(crate) fn check(&self, m: usize) -> Result<(), Error> {
-        match self {
-            GlobalScale::PerRow(g) if g.len() != m => Err(Error::GlobalScaleLength {
-                expected: m,
-                got: g.len(),
-            }),
-            _ => Ok(()),
-        }
-    }
 }
 
 impl Default for GlobalScale<'_> {

@@ -11,12 +11,10 @@ mod sweep;
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
-use fp4norm::cuda::{
-    DevFp4Out, DevGlobalScale, DevMat, DevMatMut, Gpu, RawCall, RawGlobalScale, RawMat,
-};
+use fp4norm::cuda::{DevFp4Out, DevGlobalScale, DevMat, DevMatMut, Gpu};
 use fp4norm::{
     bf16, cpu, f16, reference, DType, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options,
-    ScaleLayout, ScaleOut,
+    RawBuf, RawCall, RawGlobalScale, RawMat, ScaleLayout, ScaleOut,
 };
 use rand::{Rng, SeedableRng};
 use sweep::{Case, Fill};
@@ -392,22 +390,18 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
                 row_stride: c.r_stride(),
                 len: Some(hc.r.len()),
             }),
-            weight: w_d.device_ptr(stream).0,
-            weight_len: Some(h),
-            y_fp4: bptr(&q_d) + off as u64,
-            y_fp4_len: Some(p.fp4_len()),
+            weight: RawBuf::new(w_d.device_ptr(stream).0, h),
+            y_fp4: RawBuf::new(bptr(&q_d) + off as u64, p.fp4_len()),
             scales: match p.layout {
-                ScaleLayout::RowMajor => ScaleOut::RowMajor(bptr(&rm_d)),
-                ScaleLayout::Swizzled => ScaleOut::Swizzled(bptr(&sw_d) + sw_off as u64),
+                ScaleLayout::RowMajor => ScaleOut::RowMajor(RawBuf::new(bptr(&rm_d), hc.rm.len())),
+                ScaleLayout::Swizzled => {
+                    ScaleOut::Swizzled(RawBuf::new(bptr(&sw_d) + sw_off as u64, hc.sw.len()))
+                }
                 ScaleLayout::Both => ScaleOut::Both {
-                    row_major: bptr(&rm_d),
-                    swizzled: bptr(&sw_d) + sw_off as u64,
+                    row_major: RawBuf::new(bptr(&rm_d), hc.rm.len()),
+                    swizzled: RawBuf::new(bptr(&sw_d) + sw_off as u64, hc.sw.len()),
                 },
             },
-            scale_lens: (
-                p.layout.has_row_major().then_some(hc.rm.len()),
-                p.layout.has_swizzled().then_some(hc.sw.len()),
-            ),
             y_out: c.y_out.then(|| RawMat {
                 ptr: ptr(&y_d),
                 rows: m,
@@ -415,12 +409,7 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
                 row_stride: c.y_stride(),
                 len: Some(hc.y.len()),
             }),
-            global_scale: if c.per_row_gs {
-                RawGlobalScale::PerRow(gs_d.device_ptr(stream).0)
-            } else {
-                RawGlobalScale::Uniform(gs_d.device_ptr(stream).0)
-            },
-            global_scale_len: Some(hc.gs.len()),
+            global_scale: RawGlobalScale::from_count(gs_d.device_ptr(stream).0, hc.gs.len()),
             options: opts,
         };
         unsafe { g.launch_raw(stream.cu_stream(), &call) }
@@ -610,21 +599,14 @@ fn gpu_graph_capture_and_replay_with_new_global_scale() {
             row_stride: h,
             len: Some(m * h),
         }),
-        weight: dp(&w_d),
-        weight_len: Some(h),
-        y_fp4: bp(&q_d),
-        y_fp4_len: Some(p.fp4_len()),
+        weight: RawBuf::new(dp(&w_d), h),
+        y_fp4: RawBuf::new(bp(&q_d), p.fp4_len()),
         scales: ScaleOut::Both {
-            row_major: bp(&rm_d),
-            swizzled: bp(&sw_d),
+            row_major: RawBuf::new(bp(&rm_d), p.row_major_scales_len()),
+            swizzled: RawBuf::new(bp(&sw_d), p.swizzled_scales_len()),
         },
-        scale_lens: (
-            Some(p.row_major_scales_len()),
-            Some(p.swizzled_scales_len()),
-        ),
         y_out: None,
-        global_scale: RawGlobalScale::Uniform(gs_d.device_ptr(&stream).0),
-        global_scale_len: Some(1),
+        global_scale: RawGlobalScale::Uniform(RawBuf::new(gs_d.device_ptr(&stream).0, 1)),
         options: opts,
     };
     stream.synchronize().unwrap();
@@ -858,15 +840,11 @@ fn gpu_second_device() {
             len: None,
         },
         residual: None,
-        weight: ptr,
-        weight_len: None,
-        y_fp4: ptr + 1024,
-        y_fp4_len: None,
-        scales: ScaleOut::RowMajor(ptr + 2048),
-        scale_lens: (None, None),
+        weight: RawBuf::unsized_at(ptr),
+        y_fp4: RawBuf::unsized_at(ptr + 1024),
+        scales: ScaleOut::RowMajor(RawBuf::unsized_at(ptr + 2048)),
         y_out: None,
         global_scale: RawGlobalScale::None,
-        global_scale_len: None,
         options: Options::nvfp4(),
     };
     let err = unsafe { g0.launch_raw(s0.cu_stream(), &call) }.unwrap_err();
@@ -972,21 +950,14 @@ fn gpu_huge_tensor_spot_rows() {
             row_stride: h,
             len: Some(m * h),
         }),
-        weight: w_d.device_ptr(&stream).0,
-        weight_len: Some(h),
-        y_fp4: qp,
-        y_fp4_len: Some(p.fp4_len()),
+        weight: RawBuf::new(w_d.device_ptr(&stream).0, h),
+        y_fp4: RawBuf::new(qp, p.fp4_len()),
         scales: ScaleOut::Both {
-            row_major: rmp,
-            swizzled: swp,
+            row_major: RawBuf::new(rmp, p.row_major_scales_len()),
+            swizzled: RawBuf::new(swp, p.swizzled_scales_len()),
         },
-        scale_lens: (
-            Some(p.row_major_scales_len()),
-            Some(p.swizzled_scales_len()),
-        ),
         y_out: None,
-        global_scale: RawGlobalScale::Uniform(gs_d.device_ptr(&stream).0),
-        global_scale_len: Some(1),
+        global_scale: RawGlobalScale::Uniform(RawBuf::new(gs_d.device_ptr(&stream).0, 1)),
         options: opts,
     };
     unsafe { g.launch_raw(s, &call) }.unwrap();

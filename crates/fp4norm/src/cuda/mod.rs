@@ -24,8 +24,13 @@ use cudarc::driver::{
 };
 
 pub use kernel::{GsMode, KernelConfig, KernelKind};
-pub use raw::{RawCall, RawDequant, RawGlobalScale, RawMat};
+pub use raw::LaunchOptions;
 
+/// A CUDA stream handle of the driver API (`CUstream`, the same as the runtime's
+/// `cudaStream_t`), as the raw entry points take it.
+pub type RawStream = sys::CUstream;
+
+use crate::raw::{RawBuf, RawCall, RawDequant, RawGlobalScale, RawMat};
 use crate::{Element, Error, Options, ScaleOut};
 
 fn driver_err(context: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
@@ -230,8 +235,13 @@ impl Gpu {
         );
     }
 
-    pub(crate) fn pdl(&self) -> bool {
-        self.pdl.load(std::sync::atomic::Ordering::Relaxed)
+    /// Whether a call launches with programmatic dependent launch: `request` where given
+    /// (honoured on sm_90+ only), else this GPU's setting.
+    pub(crate) fn pdl_for(&self, request: Option<bool>) -> bool {
+        match request {
+            Some(on) => on && self.clusters,
+            None => self.pdl.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// Specialisations requested so far.
@@ -301,7 +311,23 @@ impl Gpu {
     /// holding at least the bytes the call's shape implies, and stay valid until the
     /// kernel has run; `stream` must be a live stream of this device's context.
     pub unsafe fn launch_raw(&self, stream: sys::CUstream, call: &RawCall) -> Result<(), Error> {
-        raw::launch_fused(self, stream, call)
+        // SAFETY: forwarded.
+        unsafe { raw::launch_fused(self, stream, call, &LaunchOptions::default()) }
+    }
+
+    /// [`Gpu::launch_raw`] with per-call launch options.
+    ///
+    /// # Safety
+    /// As for [`Gpu::launch_raw`]; with `opts.devices_checked`, the caller has also made
+    /// sure that every buffer is memory of this GPU.
+    pub unsafe fn launch_raw_with(
+        &self,
+        stream: sys::CUstream,
+        call: &RawCall,
+        opts: &LaunchOptions,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded.
+        unsafe { raw::launch_fused(self, stream, call, opts) }
     }
 
     /// Dequantisation (SPEC.md §4) over raw device pointers.
@@ -313,7 +339,22 @@ impl Gpu {
         stream: sys::CUstream,
         call: &RawDequant,
     ) -> Result<(), Error> {
-        raw::launch_dequant(self, stream, call)
+        // SAFETY: forwarded.
+        unsafe { raw::launch_dequant(self, stream, call, &LaunchOptions::default()) }
+    }
+
+    /// [`Gpu::dequantize_raw`] with per-call launch options.
+    ///
+    /// # Safety
+    /// As for [`Gpu::launch_raw_with`].
+    pub unsafe fn dequantize_raw_with(
+        &self,
+        stream: sys::CUstream,
+        call: &RawDequant,
+        opts: &LaunchOptions,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded.
+        unsafe { raw::launch_dequant(self, stream, call, opts) }
     }
 
     /// Copies `bytes` (a multiple of 16, both pointers 16-byte aligned) with a plain SM
@@ -436,9 +477,12 @@ impl Gpu {
             cols: r.cols,
             row_stride: r.row_stride,
         });
-        let weight = keep(&mut guards, w.device_ptr(stream));
+        let weight = RawBuf::new(keep(&mut guards, w.device_ptr(stream)), w.len());
         let y_fp4_len = out.y_fp4.len();
-        let y_fp4 = keep(&mut guards, out.y_fp4.device_ptr_mut(stream));
+        let y_fp4 = RawBuf::new(
+            keep(&mut guards, out.y_fp4.device_ptr_mut(stream)),
+            y_fp4_len,
+        );
         let y_out = out.y_out.as_mut().map(|y| RawMat {
             len: Some(y.view.len()),
             ptr: keep(&mut guards, y.view.device_ptr_mut(stream)),
@@ -446,58 +490,52 @@ impl Gpu {
             cols: y.cols,
             row_stride: y.row_stride,
         });
-        let scale_lens = match &out.scales {
-            ScaleOut::RowMajor(r) => (Some(r.len()), None),
-            ScaleOut::Swizzled(s) => (None, Some(s.len())),
-            ScaleOut::Both {
-                row_major,
-                swizzled,
-            } => (Some(row_major.len()), Some(swizzled.len())),
-        };
+        fn dev_buf<'g>(
+            guards: &mut Vec<SyncOnDrop<'g>>,
+            v: &'g mut CudaViewMut<'_, u8>,
+            stream: &'g CudaStream,
+        ) -> RawBuf {
+            let len = v.len();
+            RawBuf::new(keep(guards, v.device_ptr_mut(stream)), len)
+        }
         let scales = match &mut out.scales {
-            ScaleOut::RowMajor(r) => {
-                ScaleOut::RowMajor(keep(&mut guards, r.device_ptr_mut(stream)))
-            }
-            ScaleOut::Swizzled(s) => {
-                ScaleOut::Swizzled(keep(&mut guards, s.device_ptr_mut(stream)))
-            }
+            ScaleOut::RowMajor(r) => ScaleOut::RowMajor(dev_buf(&mut guards, r, stream)),
+            ScaleOut::Swizzled(s) => ScaleOut::Swizzled(dev_buf(&mut guards, s, stream)),
             ScaleOut::Both {
                 row_major,
                 swizzled,
             } => ScaleOut::Both {
-                row_major: keep(&mut guards, row_major.device_ptr_mut(stream)),
-                swizzled: keep(&mut guards, swizzled.device_ptr_mut(stream)),
+                row_major: dev_buf(&mut guards, row_major, stream),
+                swizzled: dev_buf(&mut guards, swizzled, stream),
             },
         };
-        let (global_scale, gs_len) = match &gs {
-            DevGlobalScale::None => (RawGlobalScale::None, None),
-            DevGlobalScale::Uniform(v) => (
-                RawGlobalScale::Uniform(keep(&mut guards, v.device_ptr(stream))),
-                Some(v.len()),
-            ),
-            DevGlobalScale::PerRow(v) => (
-                RawGlobalScale::PerRow(keep(&mut guards, v.device_ptr(stream))),
-                Some(v.len()),
-            ),
+        let global_scale = match &gs {
+            DevGlobalScale::None => RawGlobalScale::None,
+            DevGlobalScale::Uniform(v) => RawGlobalScale::Uniform(RawBuf::new(
+                keep(&mut guards, v.device_ptr(stream)),
+                v.len(),
+            )),
+            DevGlobalScale::PerRow(v) => RawGlobalScale::PerRow(RawBuf::new(
+                keep(&mut guards, v.device_ptr(stream)),
+                v.len(),
+            )),
         };
         let call = RawCall {
             dtype: T::DTYPE,
             x: x_raw,
             residual: residual_raw,
             weight,
-            weight_len: Some(w.len()),
             y_fp4,
-            y_fp4_len: Some(y_fp4_len),
             scales,
-            scale_lens,
             y_out,
             global_scale,
-            global_scale_len: gs_len,
             options: *opts,
         };
         // SAFETY: every pointer comes from a live cudarc allocation whose length is passed
         // along and checked; the views borrow them until after the launch.
-        let result = unsafe { raw::launch_fused(self, stream.cu_stream(), &call) };
+        let result = unsafe {
+            raw::launch_fused(self, stream.cu_stream(), &call, &LaunchOptions::default())
+        };
         drop(guards);
         result
     }

@@ -1,4 +1,5 @@
-//! The raw-pointer entry points: argument checks (SPEC.md §5) and kernel launches.
+//! The CUDA raw-pointer entry points: the device checks a call adds to the one validator
+//! ([`crate::raw`]), and the kernel launches.
 
 use std::ffi::c_void;
 
@@ -7,82 +8,18 @@ use cudarc::driver::sys;
 use super::kernel::{self, GsMode, KernelConfig, KernelKind};
 use super::Gpu;
 use crate::layout::{swizzled_col_tiles, swizzled_rows, ScaleLayout};
-use crate::{DType, Error, Fp4Format, Options, Problem, ScaleFormat, ScaleOut};
+use crate::raw::{check_overlaps, Checked, Range, RawCall, RawDequant, RawGlobalScale};
+use crate::{Error, ScaleFormat, ScaleOut};
 
-/// A device matrix by raw pointer: `rows × cols` elements, rows `row_stride` elements apart.
-#[derive(Clone, Copy, Debug)]
-pub struct RawMat {
-    /// Device address of element (0, 0).
-    pub ptr: u64,
-    /// Rows.
-    pub rows: usize,
-    /// Elements per row.
-    pub cols: usize,
-    /// Elements between row starts.
-    pub row_stride: usize,
-    /// Elements in the allocation from `ptr` on, where known (checked if given).
-    pub len: Option<usize>,
-}
-
-/// The global scale by raw pointer (f32 in device memory).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RawGlobalScale {
-    /// No global scale: 1.0.
-    None,
-    /// One f32.
-    Uniform(u64),
-    /// One f32 per row.
-    PerRow(u64),
-}
-
-/// One fused call by raw device pointers. `residual: None` is `rmsnorm_fp4quant`.
-#[derive(Clone, Copy, Debug)]
-pub struct RawCall {
-    /// Element dtype of x, residual, weight and y_out.
-    pub dtype: DType,
-    /// Input `[M, H]`.
-    pub x: RawMat,
-    /// Residual `[M, H]`, updated in place.
-    pub residual: Option<RawMat>,
-    /// Weight `[H]`.
-    pub weight: u64,
-    /// Elements of the weight allocation, where known.
-    pub weight_len: Option<usize>,
-    /// Packed FP4 output, `M · H/2` bytes.
-    pub y_fp4: u64,
-    /// Bytes of the `y_fp4` allocation, where known.
-    pub y_fp4_len: Option<usize>,
-    /// Scale output(s); the variant picks the layout.
-    pub scales: ScaleOut<u64>,
-    /// Bytes of the (row-major, swizzled) scale allocations, where known.
-    pub scale_lens: (Option<usize>, Option<usize>),
-    /// Optional `y_out` `[M, H]`.
-    pub y_out: Option<RawMat>,
-    /// The global scale.
-    pub global_scale: RawGlobalScale,
-    /// f32 values in the global-scale allocation, where known.
-    pub global_scale_len: Option<usize>,
-    /// Format and eps.
-    pub options: Options,
-}
-
-/// One dequantisation by raw device pointers.
-#[derive(Clone, Copy, Debug)]
-pub struct RawDequant {
-    /// Rows.
-    pub m: usize,
-    /// Hidden size.
-    pub h: usize,
-    /// Block size and scale format.
-    pub format: Fp4Format,
-    /// Packed FP4 `M · H/2` bytes (4-byte aligned).
-    pub y_fp4: u64,
-    /// Scale codes; `Both` is not accepted (pass one layout).
-    pub scales: ScaleOut<u64>,
-    /// The global scale (E4M3 only).
-    pub global_scale: RawGlobalScale,
-    /// Output `M · H` f32.
-    pub out: u64,
+/// How one raw call is launched.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchOptions {
+    /// Programmatic dependent launch for this call (sm_90+; ignored before): `None` keeps
+    /// the setting of [`Gpu::set_programmatic_dependent_launch`].
+    pub pdl: Option<bool>,
+    /// The caller has established that every buffer of the call is memory of this GPU
+    /// (PyTorch knows each tensor's device): the per-pointer driver query is skipped.
+    pub devices_checked: bool,
 }
 
 /// Kernel arguments; mirrors `struct Fp4NormParams` in fp4norm.cu.
@@ -129,17 +66,19 @@ struct DequantParams {
 
 /// Launches `f` on `stream`, with programmatic dependent launch when the GPU's setting
 /// asks for it (sm_90+).
+#[allow(clippy::too_many_arguments)]
 unsafe fn launch(
     gpu: &Gpu,
     f: &cudarc::driver::CudaFunction,
     grid: u32,
     block: u32,
+    pdl: bool,
     stream: sys::CUstream,
     args: &mut [*mut c_void],
     what: &'static str,
 ) -> Result<(), Error> {
     // SAFETY: forwarded; no cluster.
-    unsafe { launch_clustered(gpu, f, grid, block, 1, gpu.pdl(), stream, args, what) }
+    unsafe { launch_clustered(gpu, f, grid, block, 1, pdl, stream, args, what) }
 }
 
 /// As [`launch`], in thread-block clusters of `cluster` CTAs when `cluster > 1`
@@ -211,54 +150,6 @@ unsafe fn launch_clustered(
     Ok(())
 }
 
-/// A byte range one call touches, for the overlap check.
-struct Range {
-    name: &'static str,
-    start: u64,
-    end: u64,
-    written: bool,
-}
-
-fn mat_range(name: &'static str, m: &RawMat, elem: usize, written: bool) -> Result<Range, Error> {
-    let extent = if m.rows == 0 {
-        0
-    } else {
-        (m.rows - 1)
-            .checked_mul(m.row_stride)
-            .and_then(|n| n.checked_add(m.cols))
-            .and_then(|n| n.checked_mul(elem))
-            .ok_or(Error::SizeOverflow)?
-    };
-    Ok(Range {
-        name,
-        start: m.ptr,
-        end: m
-            .ptr
-            .checked_add(extent as u64)
-            .ok_or(Error::SizeOverflow)?,
-        written,
-    })
-}
-
-fn check_overlaps(ranges: &[Range]) -> Result<(), Error> {
-    for (i, a) in ranges.iter().enumerate() {
-        for b in &ranges[i + 1..] {
-            if (a.written || b.written)
-                && a.start < b.end
-                && b.start < a.end
-                && a.start != a.end
-                && b.start != b.end
-            {
-                return Err(Error::Overlap {
-                    a: a.name,
-                    b: b.name,
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
 fn check_ptr(name: &'static str, ptr: u64, align: usize) -> Result<(), Error> {
     if ptr == 0 {
         return Err(Error::NullPointer { name });
@@ -273,44 +164,7 @@ fn check_ptr(name: &'static str, ptr: u64, align: usize) -> Result<(), Error> {
     Ok(())
 }
 
-fn check_view(name: &'static str, m: &RawMat, rows: usize, cols: usize) -> Result<(), Error> {
-    if m.rows != rows || m.cols != cols {
-        return Err(Error::ShapeMismatch {
-            name,
-            rows,
-            cols,
-            got_rows: m.rows,
-            got_cols: m.cols,
-        });
-    }
-    if m.rows > 1 && m.row_stride < m.cols {
-        return Err(Error::StrideTooSmall {
-            name,
-            stride: m.row_stride,
-            cols: m.cols,
-        });
-    }
-    if let Some(len) = m.len {
-        let needed = if rows == 0 {
-            0
-        } else {
-            (rows - 1) * m.row_stride + cols
-        };
-        if needed > len {
-            return Err(Error::ViewOutOfBounds {
-                name,
-                rows,
-                cols,
-                stride: m.row_stride,
-                needed,
-                len,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The device that owns `ptr`, or an error naming the buffer.
+/// Refuses a buffer that is not memory of `gpu`, naming it.
 fn check_device(gpu: &Gpu, name: &'static str, ptr: u64) -> Result<(), Error> {
     let mut ordinal: i32 = -1;
     // SAFETY: an out-parameter of the attribute's documented type (int).
@@ -335,162 +189,21 @@ fn check_device(gpu: &Gpu, name: &'static str, ptr: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// Checks a fused call (SPEC.md §5) and returns its problem and whether the 16-byte
-/// vector path applies.
-pub(crate) fn validate_fused(gpu: &Gpu, c: &RawCall) -> Result<(Problem, bool), Error> {
-    let (m, h) = (c.x.rows, c.x.cols);
-    let layout = match c.scales {
-        ScaleOut::RowMajor(_) => ScaleLayout::RowMajor,
-        ScaleOut::Swizzled(_) => ScaleLayout::Swizzled,
-        ScaleOut::Both { .. } => ScaleLayout::Both,
-    };
-    let p = Problem::new(m, h, c.dtype, layout, &c.options)?.with_y_out(c.y_out.is_some());
-    let p = if c.residual.is_some() {
-        p
-    } else {
-        p.without_residual()
-    };
-    check_view("input", &c.x, m, h)?;
-    if let Some(r) = &c.residual {
-        check_view("residual", r, m, h)?;
-    }
-    if let Some(y) = &c.y_out {
-        check_view("y_out", y, m, h)?;
-    }
-    if let Some(len) = c.weight_len {
-        if len != h {
-            return Err(Error::WeightLength {
-                expected: h,
-                got: len,
-            });
+/// The one validator, then the device checks of a call: every buffer on this GPU.
+fn validate_on(gpu: &Gpu, checked: Checked, opts: &LaunchOptions) -> Result<Checked, Error> {
+    if !opts.devices_checked {
+        for r in &checked.ranges {
+            check_device(gpu, r.name, r.start)?;
         }
     }
-    p.check_output_lens(
-        c.y_fp4_len.unwrap_or(p.fp4_len()),
-        c.scale_lens.0,
-        c.scale_lens.1,
-    )?;
-    match (c.global_scale, c.global_scale_len) {
-        (RawGlobalScale::PerRow(_), Some(n)) if n != m => {
-            return Err(Error::GlobalScaleLength {
-                expected: m,
-                got: n,
-            })
-        }
-        (RawGlobalScale::Uniform(_), Some(n)) if n != 1 => {
-            return Err(Error::GlobalScaleLength {
-                expected: 1,
-                got: n,
-            });
-        }
-        _ => {}
-    }
-    if m == 0 {
-        return Ok((p, true)); // nothing will be written or read
-    }
-    let e = c.dtype.size();
-    check_ptr("input", c.x.ptr, e)?;
-    check_ptr("weight", c.weight, e)?;
-    check_ptr("y_fp4", c.y_fp4, 1)?;
-    if let Some(r) = &c.residual {
-        check_ptr("residual", r.ptr, e)?;
-    }
-    if let Some(y) = &c.y_out {
-        check_ptr("y_out", y.ptr, e)?;
-    }
-    let (rm, sw) = match c.scales {
-        ScaleOut::RowMajor(r) => (Some(r), None),
-        ScaleOut::Swizzled(s) => (None, Some(s)),
-        ScaleOut::Both {
-            row_major,
-            swizzled,
-        } => (Some(row_major), Some(swizzled)),
-    };
-    if let Some(r) = rm {
-        check_ptr("block_scale (row-major)", r, 1)?;
-    }
-    if let Some(s) = sw {
-        check_ptr("block_scale (swizzled)", s, 1)?;
-    }
-    let uses_gs = p.format.scale == ScaleFormat::E4M3;
-    let (gs_ptr, gs_count) = match c.global_scale {
-        RawGlobalScale::None => (None, 0),
-        RawGlobalScale::Uniform(g) => (Some(g), 1),
-        RawGlobalScale::PerRow(g) => (Some(g), m),
-    };
-    if let (Some(g), true) = (gs_ptr, uses_gs) {
-        check_ptr("global_scale", g, 4)?;
-    }
-
-    // Overlap: outputs may not alias inputs or each other (bounding byte ranges).
-    let mut ranges = vec![
-        mat_range("input", &c.x, e, false)?,
-        Range {
-            name: "weight",
-            start: c.weight,
-            end: c.weight + (h * e) as u64,
-            written: false,
-        },
-        Range {
-            name: "y_fp4",
-            start: c.y_fp4,
-            end: c.y_fp4 + p.fp4_len() as u64,
-            written: true,
-        },
-    ];
-    if let Some(r) = &c.residual {
-        ranges.push(mat_range("residual", r, e, true)?);
-    }
-    if let Some(y) = &c.y_out {
-        ranges.push(mat_range("y_out", y, e, true)?);
-    }
-    if let Some(r) = rm {
-        ranges.push(Range {
-            name: "block_scale (row-major)",
-            start: r,
-            end: r + p.row_major_scales_len() as u64,
-            written: true,
-        });
-    }
-    if let Some(s) = sw {
-        ranges.push(Range {
-            name: "block_scale (swizzled)",
-            start: s,
-            end: s + p.swizzled_scales_len() as u64,
-            written: true,
-        });
-    }
-    if let (Some(g), true) = (gs_ptr, uses_gs) {
-        ranges.push(Range {
-            name: "global_scale",
-            start: g,
-            end: g + 4 * gs_count as u64,
-            written: false,
-        });
-    }
-    check_overlaps(&ranges)?;
-    for r in &ranges {
-        check_device(gpu, r.name, r.start)?;
-    }
-
-    // The 16-byte path needs every element row 16-byte aligned and y_fp4 and the swizzled
-    // scales 4-byte aligned;
-    // anything else takes the element-wise kernel (correct, slower).
-    let vec_ok = |mat: &RawMat| mat.ptr % 16 == 0 && (mat.row_stride * e) % 16 == 0;
-    let aligned = vec_ok(&c.x)
-        && c.weight % 16 == 0
-        && c.residual.as_ref().is_none_or(vec_ok)
-        && c.y_out.as_ref().is_none_or(vec_ok)
-        && c.y_fp4 % 4 == 0
-        && sw.is_none_or(|s| s % 4 == 0);
-    Ok((p, aligned))
+    Ok(checked)
 }
 
 fn gs_mode(g: RawGlobalScale) -> (GsMode, u64) {
     match g {
         RawGlobalScale::None => (GsMode::None, 0),
-        RawGlobalScale::Uniform(p) => (GsMode::Uniform, p),
-        RawGlobalScale::PerRow(p) => (GsMode::PerRow, p),
+        RawGlobalScale::Uniform(b) => (GsMode::Uniform, b.ptr),
+        RawGlobalScale::PerRow(b) => (GsMode::PerRow, b.ptr),
     }
 }
 
@@ -498,12 +211,21 @@ pub(crate) unsafe fn launch_fused(
     gpu: &Gpu,
     stream: sys::CUstream,
     c: &RawCall,
+    opts: &LaunchOptions,
 ) -> Result<(), Error> {
-    let (p, aligned) = validate_fused(gpu, c)?;
+    let checked = validate_on(gpu, c.validate()?, opts)?;
+    let (p, aligned) = (checked.problem, checked.vector_aligned);
     if p.m == 0 {
         return Ok(());
     }
-    let (gs, gs_ptr) = gs_mode(c.global_scale);
+    let pdl = gpu.pdl_for(opts.pdl);
+    // UE8M0 scales never read the global scale.
+    let global_scale = if p.format.scale == ScaleFormat::UE8M0 {
+        RawGlobalScale::None
+    } else {
+        c.global_scale
+    };
+    let (gs, gs_ptr) = gs_mode(global_scale);
     let cfg = gpu.config(&p, gs, aligned);
     // Rows the fused kernel covers: with directly written swizzled scales, the padding rows
     // of the last 128-row tile too (it zeroes their scales); a split write's swizzle pass
@@ -513,19 +235,13 @@ pub(crate) unsafe fn launch_fused(
     } else {
         p.m
     };
-    let (rm, sw) = match c.scales {
-        ScaleOut::RowMajor(r) => (r, 0),
-        ScaleOut::Swizzled(s) => (0, s),
-        ScaleOut::Both {
-            row_major,
-            swizzled,
-        } => (row_major, swizzled),
-    };
+    let (rm, sw) = c.scales.split();
+    let (rm, sw) = (rm.map_or(0, |b| b.ptr), sw.map_or(0, |b| b.ptr));
     let mut params = FusedParams {
         x: c.x.ptr,
         r: c.residual.map_or(0, |r| r.ptr),
-        w: c.weight,
-        q: c.y_fp4,
+        w: c.weight.ptr,
+        q: c.y_fp4.ptr,
         sf_row_major: rm,
         sf_swizzled: sw,
         y_out: c.y_out.map_or(0, |y| y.ptr),
@@ -558,7 +274,7 @@ pub(crate) unsafe fn launch_fused(
             grid,
             cfg.block_threads(),
             cfg.cluster,
-            gpu.pdl(),
+            pdl,
             stream,
             &mut args,
             "launching fp4norm_fused",
@@ -602,66 +318,27 @@ pub(crate) unsafe fn launch_dequant(
     gpu: &Gpu,
     stream: sys::CUstream,
     c: &RawDequant,
+    opts: &LaunchOptions,
 ) -> Result<(), Error> {
-    let (layout, sf) = match c.scales {
-        ScaleOut::RowMajor(r) => (ScaleLayout::RowMajor, r),
-        ScaleOut::Swizzled(s) => (ScaleLayout::Swizzled, s),
-        ScaleOut::Both { .. } => {
-            return Err(Error::Unsupported(
-                "dequantize reads one scale layout: pass RowMajor or Swizzled".into(),
-            ))
-        }
-    };
-    let p = Problem::new(
-        c.m,
-        c.h,
-        DType::BF16,
-        layout,
-        &Options {
-            format: c.format,
-            eps: 0.0,
-        },
-    )?;
-    if c.m == 0 {
+    let checked = validate_on(gpu, c.validate()?, opts)?;
+    let p = checked.problem;
+    if p.m == 0 {
         return Ok(());
     }
-    check_ptr("y_fp4", c.y_fp4, 4)?;
-    check_ptr("block_scale", sf, 1)?;
-    check_ptr("out", c.out, 4)?;
-    let (gs, gs_ptr) = gs_mode(c.global_scale);
-    let gs = if c.format.scale == ScaleFormat::UE8M0 {
-        GsMode::None
-    } else {
-        gs
+    // The kernel reads the packed codes as 32-bit words.
+    check_ptr("y_fp4", c.y_fp4.ptr, 4)?;
+    let (layout, sf) = match c.scales {
+        ScaleOut::Swizzled(b) => (ScaleLayout::Swizzled, b.ptr),
+        ScaleOut::RowMajor(b) | ScaleOut::Both { row_major: b, .. } => {
+            (ScaleLayout::RowMajor, b.ptr)
+        }
     };
-    if gs != GsMode::None {
-        check_ptr("global_scale", gs_ptr, 4)?;
-    }
-    let sf_len = if layout == ScaleLayout::Swizzled {
-        p.swizzled_scales_len()
+    let global_scale = if c.format.scale == ScaleFormat::UE8M0 {
+        RawGlobalScale::None
     } else {
-        p.row_major_scales_len()
+        c.global_scale
     };
-    check_overlaps(&[
-        Range {
-            name: "y_fp4",
-            start: c.y_fp4,
-            end: c.y_fp4 + p.fp4_len() as u64,
-            written: false,
-        },
-        Range {
-            name: "block_scale",
-            start: sf,
-            end: sf + sf_len as u64,
-            written: false,
-        },
-        Range {
-            name: "out",
-            start: c.out,
-            end: c.out + (p.m * p.h * 4) as u64,
-            written: true,
-        },
-    ])?;
+    let (gs, gs_ptr) = gs_mode(global_scale);
     let cfg = KernelConfig {
         h: p.h,
         block: p.block(),
@@ -673,10 +350,10 @@ pub(crate) unsafe fn launch_dequant(
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let mut params = DequantParams {
-        q: c.y_fp4,
+        q: c.y_fp4.ptr,
         sf,
         gs: gs_ptr,
-        out: c.out,
+        out: c.out.ptr,
         m: p.m as i64,
     };
     let vectors = p.m * (p.h / 8);
@@ -690,6 +367,7 @@ pub(crate) unsafe fn launch_dequant(
             &f,
             grid,
             256,
+            gpu.pdl_for(opts.pdl),
             stream,
             &mut args,
             "launching fp4norm_dequant",
@@ -725,6 +403,7 @@ pub(crate) fn run_codec_check(
             &f,
             gpu.sm_count * 8,
             256,
+            gpu.pdl_for(None),
             stream.cu_stream(),
             &mut args,
             "launching fp4norm_codec_check",
@@ -753,18 +432,8 @@ pub(crate) unsafe fn launch_copy(
         )));
     }
     check_overlaps(&[
-        Range {
-            name: "src",
-            start: src,
-            end: src + bytes as u64,
-            written: false,
-        },
-        Range {
-            name: "dst",
-            start: dst,
-            end: dst + bytes as u64,
-            written: true,
-        },
+        Range::new("src", src, bytes, false)?,
+        Range::new("dst", dst, bytes, true)?,
     ])?;
     let f = gpu.kernels.get(
         &gpu.ctx,
@@ -787,6 +456,7 @@ pub(crate) unsafe fn launch_copy(
             &f,
             grid,
             512,
+            gpu.pdl_for(None),
             stream,
             &mut args,
             "launching fp4norm_copy",
