@@ -26,6 +26,8 @@ use fp4norm::{
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+mod torch_ops;
+
 /// A matrix argument: (address, rows, cols, row stride in elements).
 type Mat = (u64, usize, usize, usize);
 /// A flat buffer argument: (address, length in elements).
@@ -299,6 +301,16 @@ fn cuda_device_info(py: Python<'_>, ordinal: usize) -> PyResult<(String, String,
         .map_err(to_py)
 }
 
+/// Registers the CPU and CUDA kernels of the `fp4norm::*` PyTorch operators (whose schemas
+/// the Python layer defined) from PyTorch's stable C ABI in `libtorch_cpu` (and
+/// `libtorch_cuda`, where PyTorch has CUDA). Returns PyTorch's stable-ABI version; raises
+/// RuntimeError where this PyTorch cannot host them (older than 2.10).
+#[pyfunction]
+#[pyo3(signature = (libtorch_cpu, libtorch_cuda=None))]
+fn register_torch_ops(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> PyResult<u64> {
+    torch_ops::register(libtorch_cpu, libtorch_cuda).map_err(PyRuntimeError::new_err)
+}
+
 /// The native module of `fp4norm`.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -308,5 +320,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sizes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_info, m)?)?;
+    m.add_function(wrap_pyfunction!(register_torch_ops, m)?)?;
     Ok(())
 }

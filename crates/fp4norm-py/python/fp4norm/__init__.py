@@ -30,6 +30,17 @@ from __future__ import annotations
 from typing import Any, Literal, Optional, Tuple, Union, overload
 
 from . import _api, _core, reference
+from ._errors import ArgumentError, ArgumentTypeError
+
+try:
+    import torch as _torch
+except ImportError:  # NumPy only
+    _torch_ops = None
+    _Tensor: Any = ()
+else:
+    from . import _ops as _torch_ops
+
+    _Tensor = _torch.Tensor
 
 __version__: str = _core.__version__
 
@@ -41,6 +52,8 @@ __all__ = [
     "cuda_device_count",
     "scale_sizes",
     "reference",
+    "ArgumentError",
+    "ArgumentTypeError",
 ]
 
 Array = Any  # torch.Tensor or numpy.ndarray
@@ -61,7 +74,6 @@ def add_rmsnorm_fp4quant(
     output_both_sf_layouts: Literal[False] = ...,
     block_scale_unswizzled: Optional[Array] = ...,
     enable_pdl: Optional[bool] = ...,
-    *,
     y_out: Optional[Array] = ...,
 ) -> Tuple[Array, Array]: ...
 @overload
@@ -79,7 +91,6 @@ def add_rmsnorm_fp4quant(
     output_both_sf_layouts: Literal[True] = ...,
     block_scale_unswizzled: Optional[Array] = ...,
     enable_pdl: Optional[bool] = ...,
-    *,
     y_out: Optional[Array] = ...,
 ) -> Tuple[Array, Array, Array]: ...
 
@@ -98,7 +109,6 @@ def add_rmsnorm_fp4quant(
     output_both_sf_layouts: bool = False,
     block_scale_unswizzled: Optional[Array] = None,
     enable_pdl: Optional[bool] = None,
-    *,
     y_out: Optional[Array] = None,
 ) -> Union[Tuple[Array, Array], Tuple[Array, Array, Array]]:
     """Fused residual add + RMSNorm + FP4 quantisation (FlashInfer's signature).
@@ -137,10 +147,10 @@ def add_rmsnorm_fp4quant(
             and ``block_scale_unswizzled`` row-major (overrides ``is_sf_swizzled_layout``).
         block_scale_unswizzled: the row-major output with ``output_both_sf_layouts``
             (allocated if None; ignored otherwise).
-        enable_pdl: CUDA only: launch with programmatic dependent launch (sm_90+).
-            None keeps the device's current setting (off unless enabled before).
+        enable_pdl: CUDA only, as in FlashInfer: None or True launch with programmatic
+            dependent launch wherever the device has it (sm_90+), False never.
         y_out: optional preallocated output, same shape and dtype as ``input``: the
-            normalised values before quantisation (fp4norm extension).
+            normalised values before quantisation.
 
     Returns:
         ``(y_fp4, block_scale)``, or ``(y_fp4, block_scale, block_scale_unswizzled)``
@@ -152,6 +162,12 @@ def add_rmsnorm_fp4quant(
             size, scale format, eps or global scale, outputs aliasing inputs or each other.
         RuntimeError: the CUDA driver, NVRTC or a kernel compile failed.
     """
+    if isinstance(input, _Tensor):
+        return _torch_ops.fused(
+            input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
+            scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
+            enable_pdl, y_out,
+        )
     return _api.fused(
         input,
         residual,
@@ -228,6 +244,12 @@ def rmsnorm_fp4quant(
     ``output_both_sf_layouts``, ``block_scale_unswizzled`` and ``y_out`` are
     keyword-only extensions (FlashInfer's ``rmsnorm_fp4quant`` has no both-layouts mode).
     """
+    if isinstance(input, _Tensor):
+        return _torch_ops.fused(
+            input, None, weight, y_fp4, block_scale, global_scale, eps, block_size,
+            scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
+            enable_pdl, y_out,
+        )
     return _api.fused(
         input,
         None,
@@ -266,6 +288,10 @@ def dequantize(
     Returns:
         float32 ``[..., H]`` (``[m, h]`` when ``y_fp4`` is flat), of ``y_fp4``'s kind.
     """
+    if isinstance(y_fp4, _Tensor):
+        return _torch_ops.dequantize(
+            y_fp4, block_scale, global_scale, block_size, scale_format, is_sf_swizzled_layout, m, h
+        )
     return _api.dequantize(
         y_fp4, block_scale, global_scale, block_size, scale_format, is_sf_swizzled_layout, m, h
     )

@@ -12,6 +12,7 @@ import sys
 from typing import Any, Optional, Tuple
 
 from . import _core
+from ._errors import ArgumentError, ArgumentTypeError
 
 # --------------------------------------------------------------------------------------
 # Array views
@@ -87,20 +88,20 @@ class _View:
         elif np is not None and isinstance(obj, np.ndarray):
             self._from_numpy(obj)
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{name} must be a torch.Tensor or a numpy.ndarray, got {type(obj).__name__}"
             )
 
     def _from_torch(self, torch: Any, t: Any) -> None:
         if t.layout != torch.strided:
-            raise TypeError(f"{self.name} must be a dense (strided) tensor, got layout {t.layout}")
+            raise ArgumentTypeError(f"{self.name} must be a dense (strided) tensor, got layout {t.layout}")
         dev = t.device
         if dev.type == "cpu":
             self.device = "cpu"
         elif dev.type == "cuda":
             self.device = f"cuda:{dev.index if dev.index is not None else torch.cuda.current_device()}"
         else:
-            raise ValueError(
+            raise ArgumentError(
                 f"{self.name} is on device {dev}: fp4norm runs on CPU and CUDA tensors only"
             )
         self.kind = "torch"
@@ -124,7 +125,7 @@ class _View:
             need = (int(t.storage_offset()) + span) * int(t.element_size())
             have = int(t.untyped_storage().nbytes())
             if self.ptr == 0 or need > have:
-                raise ValueError(
+                raise ArgumentError(
                     f"{self.name}: its storage holds {have} bytes but the tensor of shape "
                     f"{list(self.shape)} spans {need} (was its storage freed or resized?)"
                 )
@@ -141,12 +142,12 @@ class _View:
         strides = []
         for s in a.strides:
             if s < 0:
-                raise ValueError(
+                raise ArgumentError(
                     f"{self.name} has a negative stride ({a.strides} bytes): pass a view with "
                     "non-negative strides"
                 )
             if item and s % item:
-                raise ValueError(
+                raise ArgumentError(
                     f"{self.name} has strides {a.strides} bytes, not a multiple of its element size"
                 )
             strides.append(s // item if item else s)
@@ -167,12 +168,12 @@ class _View:
 
     def same_place(self, ref: "_View") -> None:
         if self.kind != ref.kind:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{self.name} is {self.where()} but {ref.name} is {ref.where()}: pass one kind "
                 "of array (torch or NumPy) for every argument"
             )
         if self.device != ref.device:
-            raise ValueError(
+            raise ArgumentError(
                 f"{self.name} is on {self.device} but {ref.name} is on {ref.device}: put all "
                 "tensors of one call on one device"
             )
@@ -180,19 +181,19 @@ class _View:
     def need_dtype(self, allowed: Tuple[str, ...]) -> None:
         if self.dt not in allowed:
             words = " or ".join(_DTYPE_WORDS.get(a, a) for a in allowed)
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{self.name} has dtype {_DTYPE_WORDS.get(self.dt, self.dt)}; expected {words}"
             )
 
     def need_writeable(self) -> None:
         if not self.writeable:
-            raise ValueError(f"{self.name} is read-only: fp4norm writes it in place")
+            raise ArgumentError(f"{self.name} is read-only: fp4norm writes it in place")
 
     def rows(self) -> Tuple[int, int, int, int]:
         """`(address, rows, cols, row_stride)`: leading dimensions flattened into rows.
         The last dimension must be contiguous and the rows evenly spaced (never copied)."""
         if self.ndim not in (2, 3):
-            raise ValueError(
+            raise ArgumentError(
                 f"{self.name} must be 2-D [M, H] or 3-D [B, S, H]; got shape {list(self.shape)}"
             )
         cols = self.shape[-1]
@@ -200,7 +201,7 @@ class _View:
         if rows == 0 or cols == 0:  # an empty tensor's strides mean nothing
             return (self.ptr, rows, cols, cols)
         if cols > 1 and self.strides[-1] != 1:
-            raise ValueError(
+            raise ArgumentError(
                 f"{self.name}: the last (hidden) dimension must be contiguous (stride 1); got "
                 f"strides {list(self.strides)} (in elements). Rows may be strided, elements may "
                 "not; fp4norm never copies a tensor behind your back"
@@ -213,7 +214,7 @@ class _View:
             if row_stride is None:
                 row_stride = stride
             elif stride != expected:
-                raise ValueError(
+                raise ArgumentError(
                     f"{self.name}: the leading dimensions of shape {list(self.shape)} with strides "
                     f"{list(self.strides)} cannot be flattened into evenly spaced rows; pass a "
                     "tensor whose rows are one stride apart"
@@ -226,7 +227,7 @@ class _View:
     def flat(self) -> Tuple[int, int]:
         """`(address, elements)` of a buffer written or read as one flat block."""
         if not self.contiguous:
-            raise ValueError(
+            raise ArgumentError(
                 f"{self.name} must be contiguous (shape {list(self.shape)}, strides "
                 f"{list(self.strides)}): it is used as one flat buffer"
             )
@@ -278,35 +279,35 @@ def _scale_dtypes(scale_format: str) -> Tuple[str, ...]:
 
 def _block_and_format(block_size: Any, scale_format: Any) -> Tuple[int, str]:
     if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
-        raise TypeError(f"block_size must be an int (16 or 32), got {type(block_size).__name__}")
+        raise ArgumentTypeError(f"block_size must be an int (16 or 32), got {type(block_size).__name__}")
     block_size = int(block_size)
     if block_size not in (16, 32):
-        raise ValueError(f"block_size = {block_size} is not supported: use 16 (NVFP4) or 32 (MXFP4)")
+        raise ArgumentError(f"block_size = {block_size} is not supported: use 16 (NVFP4) or 32 (MXFP4)")
     if scale_format is None:
         return block_size, ("ue8m0" if block_size == 32 else "e4m3")
     if not isinstance(scale_format, str):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"scale_format must be a str (\"e4m3\" or \"ue8m0\") or None, got "
             f"{type(scale_format).__name__}"
         )
     fmt = scale_format.lower()
     if fmt not in ("e4m3", "ue8m0"):
-        raise ValueError(f"scale_format = {scale_format!r} is not supported: use \"e4m3\" or \"ue8m0\"")
+        raise ArgumentError(f"scale_format = {scale_format!r} is not supported: use \"e4m3\" or \"ue8m0\"")
     return block_size, fmt
 
 
 def _eps(eps: Any) -> float:
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+        raise ArgumentTypeError(f"eps must be a float, got {type(eps).__name__}")
     value = float(eps)
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"eps = {value} is invalid: eps must be finite and >= 0 (usually 1e-6)")
+        raise ArgumentError(f"eps = {value} is invalid: eps must be finite and >= 0 (usually 1e-6)")
     return value
 
 
 def _flag(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{name} must be a bool, got {type(value).__name__}")
     return bool(value)
 
 
@@ -328,7 +329,7 @@ def _global_scale(gs: Any, ref: _View, m: int) -> Tuple[Optional[Tuple[int, int]
     v.same_place(ref)
     v.need_dtype(("f32",))
     if v.ndim > 1 or v.numel not in (1, m):
-        raise ValueError(
+        raise ArgumentError(
             f"global_scale has shape {list(v.shape)}: pass shape (1,) (one scale) or "
             f"({m},) (one per row; M = {m})"
         )
@@ -366,7 +367,7 @@ def _backend(ref: _View, backend: Optional[str]) -> Tuple[str, int, int]:
     if ref.device == "cpu":
         return (backend or "cpu", 0, 0)
     if backend not in (None, "cuda"):
-        raise ValueError(f"the {backend} backend runs on host (CPU / NumPy) arrays only")
+        raise ArgumentError(f"the {backend} backend runs on host (CPU / NumPy) arrays only")
     import torch
 
     _find_nvrtc()
@@ -407,13 +408,13 @@ def fused(
         r = _view(residual, "residual")
         r.same_place(x)
         if r.dt != x.dt:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"residual has dtype {_DTYPE_WORDS.get(r.dt, r.dt)} but input is "
                 f"{_DTYPE_WORDS[x.dt]}: input, residual and weight must share one dtype"
             )
         r.need_writeable()
         if r.shape != x.shape:
-            raise ValueError(
+            raise ArgumentError(
                 f"residual has shape {list(r.shape)} but input has shape {list(x.shape)}"
             )
         r_rows = r.rows()
@@ -421,21 +422,21 @@ def fused(
     w = _view(weight, "weight")
     w.same_place(x)
     if w.dt != x.dt:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"weight has dtype {_DTYPE_WORDS.get(w.dt, w.dt)} but input is {_DTYPE_WORDS[x.dt]}: "
             "input, residual and weight must share one dtype"
         )
     if w.ndim != 1 or w.shape[0] != h:
-        raise ValueError(f"weight has shape {list(w.shape)}; expected ({h},), one value per hidden element")
+        raise ArgumentError(f"weight has shape {list(w.shape)}; expected ({h},), one value per hidden element")
     if h > 1 and w.strides[0] != 1:
-        raise ValueError(f"weight must be contiguous (stride 1), got stride {w.strides[0]}")
+        raise ArgumentError(f"weight must be contiguous (stride 1), got stride {w.strides[0]}")
     w_buf = (w.ptr, w.numel)
 
     block_size, fmt = _block_and_format(block_size, scale_format)
     eps = _eps(eps)
     both = _flag(output_both_sf_layouts, "output_both_sf_layouts")
     swizzled = both or _flag(is_sf_swizzled_layout, "is_sf_swizzled_layout")
-    pdl = None if enable_pdl is None else _flag(enable_pdl, "enable_pdl")
+    pdl = True if enable_pdl is None else _flag(enable_pdl, "enable_pdl")
     fp4_len, rm_len, sw_len = _core.sizes(m, h, block_size, fmt)
     lead = x.shape[:-1]
     scale_code = "e4m3" if fmt == "e4m3" else "u8"
@@ -474,12 +475,12 @@ def fused(
         y = _view(y_out, "y_out")
         y.same_place(x)
         if y.dt != x.dt:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"y_out has dtype {_DTYPE_WORDS.get(y.dt, y.dt)} but input is {_DTYPE_WORDS[x.dt]}"
             )
         y.need_writeable()
         if y.shape != x.shape:
-            raise ValueError(f"y_out has shape {list(y.shape)} but input has shape {list(x.shape)}")
+            raise ArgumentError(f"y_out has shape {list(y.shape)} but input has shape {list(x.shape)}")
         y_rows = y.rows()
 
     gs_buf, gs_keep = _global_scale(global_scale, x, m)
@@ -522,10 +523,10 @@ def dequantize(
     q.need_dtype(("u8", "fp4x2"))
     q_buf = q.flat()
     if (m is None) != (h is None):
-        raise ValueError("pass both m and h, or neither (they are then read from y_fp4's shape)")
+        raise ArgumentError("pass both m and h, or neither (they are then read from y_fp4's shape)")
     if m is None:
         if q.ndim < 2:
-            raise ValueError(
+            raise ArgumentError(
                 f"y_fp4 has shape {list(q.shape)}: pass m and h for a flat buffer, or y_fp4 "
                 "shaped [..., H/2]"
             )
@@ -535,7 +536,7 @@ def dequantize(
     else:
         for value, name in ((m, "m"), (h, "h")):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-                raise TypeError(f"{name} must be a non-negative int, got {value!r}")
+                raise ArgumentTypeError(f"{name} must be a non-negative int, got {value!r}")
         m, h = int(m), int(h)
         if q.ndim >= 2 and math.prod(q.shape[:-1]) == m and 2 * q.shape[-1] == h:
             out_shape = q.shape[:-1] + (h,)

@@ -1,0 +1,369 @@
+"""The ``fp4norm::*`` PyTorch operators.
+
+Schemas and fake (meta) kernels are defined here with ``torch.library``; the CPU and CUDA
+kernels are native (Rust, registered through PyTorch's stable C ABI by
+``_core.register_torch_ops``). The operators are what ``torch.compile`` traces and what
+CUDA graphs capture; the FlashInfer-signature functions of :mod:`fp4norm` call them for
+torch tensors.
+
+Operators (``torch.ops.fp4norm``):
+
+* ``add_rmsnorm_fp4quant(input, residual, weight, global_scale=None, eps=1e-6,
+  block_size=16, scale_format=None, is_sf_swizzled_layout=False,
+  output_both_sf_layouts=False, y_out=None, enable_pdl=None) -> (y_fp4, block_scale,
+  block_scale_unswizzled)``: mutates ``residual`` (and ``y_out``), returns new outputs;
+  ``block_scale_unswizzled`` is empty unless ``output_both_sf_layouts``.
+* ``add_rmsnorm_fp4quant.out(input, residual, weight, y_fp4, block_scale,
+  block_scale_unswizzled=None, global_scale=None, eps=1e-6, block_size=16,
+  scale_format=None, is_sf_swizzled_layout=False, y_out=None, enable_pdl=None) -> ()``:
+  writes preallocated outputs; a ``block_scale_unswizzled`` asks for both layouts.
+* ``rmsnorm_fp4quant`` and ``rmsnorm_fp4quant.out``: the same without ``residual``.
+* ``dequantize(y_fp4, block_scale, global_scale=None, block_size=16, scale_format=None,
+  is_sf_swizzled_layout=False) -> Tensor``: float32 ``[..., H]`` from ``y_fp4 [..., H/2]``.
+
+A failure inside a native kernel reaches Python as RuntimeError whose message starts with
+``fp4norm.ArgumentError:`` / ``fp4norm.ArgumentTypeError:`` / ``fp4norm.RuntimeError:``;
+:func:`translate` turns it into that class.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Tuple
+
+import torch
+
+from . import _core
+from ._errors import ArgumentError, ArgumentTypeError
+
+Tensor = torch.Tensor
+
+_OPTIONS = (
+    "Tensor? global_scale=None, float eps=1e-06, int block_size=16, str? scale_format=None, "
+    "bool is_sf_swizzled_layout=False"
+)
+SCHEMAS = {
+    "add_rmsnorm_fp4quant": "add_rmsnorm_fp4quant(Tensor input, Tensor(a!) residual, Tensor weight, "
+    f"{_OPTIONS}, bool output_both_sf_layouts=False, Tensor(b!)? y_out=None, "
+    "bool? enable_pdl=None) -> (Tensor, Tensor, Tensor)",
+    "add_rmsnorm_fp4quant.out": "add_rmsnorm_fp4quant.out(Tensor input, Tensor(a!) residual, "
+    "Tensor weight, Tensor(b!) y_fp4, Tensor(c!) block_scale, "
+    f"Tensor(d!)? block_scale_unswizzled=None, {_OPTIONS}, Tensor(e!)? y_out=None, "
+    "bool? enable_pdl=None) -> ()",
+    "rmsnorm_fp4quant": "rmsnorm_fp4quant(Tensor input, Tensor weight, "
+    f"{_OPTIONS}, bool output_both_sf_layouts=False, Tensor(b!)? y_out=None, "
+    "bool? enable_pdl=None) -> (Tensor, Tensor, Tensor)",
+    "rmsnorm_fp4quant.out": "rmsnorm_fp4quant.out(Tensor input, Tensor weight, "
+    "Tensor(b!) y_fp4, Tensor(c!) block_scale, Tensor(d!)? block_scale_unswizzled=None, "
+    f"{_OPTIONS}, Tensor(e!)? y_out=None, bool? enable_pdl=None) -> ()",
+    "dequantize": "dequantize(Tensor y_fp4, Tensor block_scale, Tensor? global_scale=None, "
+    "int block_size=16, str? scale_format=None, bool is_sf_swizzled_layout=False) -> Tensor",
+}
+
+_LIB = torch.library.Library("fp4norm", "DEF")
+for _schema in SCHEMAS.values():
+    _LIB.define(_schema)
+
+
+def _register_native() -> int:
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    cuda = os.path.join(lib, "libtorch_cuda.so")
+    return _core.register_torch_ops(
+        os.path.join(lib, "libtorch_cpu.so"), cuda if os.path.exists(cuda) else None
+    )
+
+
+ABI_VERSION = _register_native()
+
+_ops = torch.ops.fp4norm
+ADD = _ops.add_rmsnorm_fp4quant.default
+ADD_OUT = _ops.add_rmsnorm_fp4quant.out
+RMS = _ops.rmsnorm_fp4quant.default
+RMS_OUT = _ops.rmsnorm_fp4quant.out
+DEQUANTIZE = _ops.dequantize.default
+
+
+# --------------------------------------------------------------------------------------
+# Autograd: the operators are not differentiable; their in-place writes are PyTorch's.
+# --------------------------------------------------------------------------------------
+
+
+def _autograd_kernel(op: Any) -> Any:
+    """The Autograd kernel of a mutating operator: refuses to write a tensor that requires
+    grad (a leaf as torch's own in-place ops refuse it), runs the operator below autograd
+    (its outputs never require grad) and advances the version counter of every tensor it
+    wrote, as an in-place op of PyTorch does."""
+    written = [
+        (i, a.name) for i, a in enumerate(op._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
+    below = torch._C._after_autograd_keyset
+    name = op._schema.name
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        # The dispatcher passes arguments left at their defaults by name, or not at all.
+        tensors = [
+            (args[i] if i < len(args) else kwargs.get(arg), arg) for i, arg in written
+        ]
+        tensors = [(t, arg) for t, arg in tensors if t is not None]
+        if torch.is_grad_enabled():
+            for t, arg in tensors:
+                if t.requires_grad:
+                    if t.is_leaf:
+                        raise RuntimeError(
+                            "a leaf Variable that requires grad is being used in an in-place "
+                            f"operation ({name} writes {arg} in place)."
+                        )
+                    raise RuntimeError(
+                        f"{name} is not differentiable and writes {arg} in place, which "
+                        "requires grad: call it under torch.no_grad() or on a detached tensor"
+                    )
+        out = op.redispatch(keyset & below, *args, **kwargs)
+        torch.autograd.graph.increment_version([t for t, _ in tensors])
+        return out
+
+    return kernel
+
+
+for _op in (ADD, ADD_OUT, RMS, RMS_OUT):
+    _LIB.impl(_op._schema.name.split("::")[1] + (
+        "." + _op._schema.overload_name if _op._schema.overload_name else ""
+    ), _autograd_kernel(_op), "Autograd", with_keyset=True)
+# Dequantisation writes nothing it is given, and is not differentiable either.
+_LIB.impl("dequantize", torch.library.fallthrough_kernel, "Autograd")
+
+
+# --------------------------------------------------------------------------------------
+# Fake kernels: output shapes from input shapes, with no guard on the token count.
+# --------------------------------------------------------------------------------------
+
+
+def _scale_dtype(block_size: int, scale_format: Optional[str]) -> torch.dtype:
+    fmt = scale_format or ("ue8m0" if block_size == 32 else "e4m3")
+    return torch.float8_e4m3fn if fmt.lower() == "e4m3" else torch.uint8
+
+
+def output_shapes(
+    input: Tensor, block_size: int, swizzled: bool, both: bool
+) -> Tuple[Tuple[Any, ...], Tuple[Any, ...], Tuple[Any, ...]]:
+    """Shapes of ``(y_fp4, block_scale, block_scale_unswizzled)`` for ``input [..., H]``
+    (symbolic sizes stay symbolic: only arithmetic, no comparison)."""
+    lead = tuple(input.shape[:-1])
+    h = input.shape[-1]
+    n_blocks = h // block_size
+    if swizzled or both:
+        m = 1
+        for s in lead:
+            m = m * s
+        scales: Tuple[Any, ...] = (((m + 127) // 128) * 128 * ((n_blocks + 3) // 4) * 4,)
+    else:
+        scales = lead + (n_blocks,)
+    return lead + (h // 2,), scales, (lead + (n_blocks,) if both else (0,))
+
+
+def _fake_outputs(input, block_size, scale_format, swizzled, both):
+    q_shape, s_shape, u_shape = output_shapes(input, block_size, swizzled, both)
+    sdt = _scale_dtype(block_size, scale_format)
+    return (
+        input.new_empty(q_shape, dtype=torch.float4_e2m1fn_x2),
+        input.new_empty(s_shape, dtype=sdt),
+        input.new_empty(u_shape, dtype=sdt),
+    )
+
+
+@torch.library.register_fake("fp4norm::add_rmsnorm_fp4quant")
+def _fake_add(
+    input, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
+    is_sf_swizzled_layout=False, output_both_sf_layouts=False, y_out=None, enable_pdl=None,
+):
+    return _fake_outputs(
+        input, block_size, scale_format, is_sf_swizzled_layout, output_both_sf_layouts
+    )
+
+
+@torch.library.register_fake("fp4norm::rmsnorm_fp4quant")
+def _fake_rms(
+    input, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
+    is_sf_swizzled_layout=False, output_both_sf_layouts=False, y_out=None, enable_pdl=None,
+):
+    return _fake_outputs(
+        input, block_size, scale_format, is_sf_swizzled_layout, output_both_sf_layouts
+    )
+
+
+@torch.library.register_fake("fp4norm::add_rmsnorm_fp4quant.out")
+def _fake_add_out(*args, **kwargs):
+    return None
+
+
+@torch.library.register_fake("fp4norm::rmsnorm_fp4quant.out")
+def _fake_rms_out(*args, **kwargs):
+    return None
+
+
+@torch.library.register_fake("fp4norm::dequantize")
+def _fake_dequantize(
+    y_fp4, block_scale, global_scale=None, block_size=16, scale_format=None,
+    is_sf_swizzled_layout=False,
+):
+    return y_fp4.new_empty(tuple(y_fp4.shape[:-1]) + (2 * y_fp4.shape[-1],), dtype=torch.float32)
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------
+
+_PREFIXES = (
+    ("fp4norm.ArgumentError: ", ArgumentError),
+    ("fp4norm.ArgumentTypeError: ", ArgumentTypeError),
+    ("fp4norm.RuntimeError: ", RuntimeError),
+)
+
+
+def translate(e: RuntimeError) -> BaseException:
+    """The fp4norm exception a native kernel's (or the dispatcher's argument parser's)
+    RuntimeError stands for; other errors are returned unchanged."""
+    msg = str(e)
+    for prefix, cls in _PREFIXES:
+        at = msg.find(prefix)
+        if at >= 0:
+            return cls(msg[at + len(prefix):].split("\n\nException raised from")[0])
+    # The dispatcher's own argument check names the argument and the type it expected.
+    if "Expected a value of type" in msg:
+        first = msg.split("\n")[0]
+        if "'ndarray'" in first:
+            first += (
+                " (a NumPy array: pass torch tensors for every array argument, or NumPy "
+                "arrays for every one)"
+            )
+        return ArgumentTypeError(first)
+    return e
+
+
+# --------------------------------------------------------------------------------------
+# The FlashInfer-signature functions, for torch tensors
+# --------------------------------------------------------------------------------------
+
+
+def _scale_tensor(value: Any, like: Tensor) -> Tensor:
+    """A Python number as a (1,) float32 global scale on ``like``'s device."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentTypeError(
+            f"global_scale must be a float32 tensor of shape (1,) or (M,), a float or None; "
+            f"got {type(value).__name__}"
+        )
+    return torch.full((1,), float(value), dtype=torch.float32, device=like.device)
+
+
+def _preallocated_scale_dtype(block_size: Any, scale_format: Any) -> torch.dtype:
+    # Only sizes the outputs fp4norm allocates for a partly preallocated call; the operator
+    # itself checks block_size and scale_format (and refuses these outputs if they are bad).
+    fmt = scale_format if isinstance(scale_format, str) else None
+    return _scale_dtype(block_size, fmt)
+
+
+def fused(
+    input: Tensor,
+    residual: Optional[Tensor],
+    weight: Any,
+    y_fp4: Any,
+    block_scale: Any,
+    global_scale: Any,
+    eps: Any,
+    block_size: Any,
+    scale_format: Any,
+    is_sf_swizzled_layout: Any,
+    output_both_sf_layouts: Any,
+    block_scale_unswizzled: Any,
+    enable_pdl: Any,
+    y_out: Any,
+) -> Tuple[Tensor, ...]:
+    """:func:`fp4norm.add_rmsnorm_fp4quant` (``residual`` given) or
+    :func:`fp4norm.rmsnorm_fp4quant` through the operators; every check is the operator's."""
+    if global_scale is not None and not isinstance(global_scale, Tensor):
+        global_scale = _scale_tensor(global_scale, input)
+    try:
+        if y_fp4 is None and block_scale is None and block_scale_unswizzled is None:
+            if residual is None:
+                q, s, u = RMS(
+                    input, weight, global_scale, eps, block_size, scale_format,
+                    is_sf_swizzled_layout, output_both_sf_layouts, y_out, enable_pdl,
+                )
+            else:
+                q, s, u = ADD(
+                    input, residual, weight, global_scale, eps, block_size, scale_format,
+                    is_sf_swizzled_layout, output_both_sf_layouts, y_out, enable_pdl,
+                )
+            return (q, s, u) if output_both_sf_layouts else (q, s)
+        both = bool(output_both_sf_layouts)
+        swizzled = both or bool(is_sf_swizzled_layout)
+        if y_fp4 is None or block_scale is None or (both and block_scale_unswizzled is None):
+            block = block_size if block_size in (16, 32) else 16
+            q_shape, s_shape, u_shape = output_shapes(input, block, swizzled, both)
+            sdt = _preallocated_scale_dtype(block, scale_format)
+            if y_fp4 is None:
+                y_fp4 = torch.empty(q_shape, dtype=torch.float4_e2m1fn_x2, device=input.device)
+            if block_scale is None:
+                block_scale = torch.empty(s_shape, dtype=sdt, device=input.device)
+            if both and block_scale_unswizzled is None:
+                block_scale_unswizzled = torch.empty(u_shape, dtype=sdt, device=input.device)
+        unswizzled = block_scale_unswizzled if both else None
+        if residual is None:
+            RMS_OUT(
+                input, weight, y_fp4, block_scale, unswizzled, global_scale, eps, block_size,
+                scale_format, swizzled, y_out, enable_pdl,
+            )
+        else:
+            ADD_OUT(
+                input, residual, weight, y_fp4, block_scale, unswizzled, global_scale, eps,
+                block_size, scale_format, swizzled, y_out, enable_pdl,
+            )
+    except RuntimeError as e:
+        raise translate(e) from None
+    if both:
+        return (y_fp4, block_scale, block_scale_unswizzled)
+    return (y_fp4, block_scale)
+
+
+def dequantize(
+    y_fp4: Tensor,
+    block_scale: Any,
+    global_scale: Any,
+    block_size: Any,
+    scale_format: Any,
+    is_sf_swizzled_layout: Any,
+    m: Optional[int],
+    h: Optional[int],
+) -> Tensor:
+    """:func:`fp4norm.dequantize` through the operator."""
+    if (m is None) != (h is None):
+        raise ArgumentError("pass both m and h, or neither (they are then read from y_fp4's shape)")
+    if m is not None:
+        for value, name in ((m, "m"), (h, "h")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ArgumentTypeError(f"{name} must be a non-negative int, got {value!r}")
+        lead = 1
+        for s in y_fp4.shape[:-1]:
+            lead *= s
+        if y_fp4.dim() < 2 or lead != m or 2 * y_fp4.shape[-1] != h:
+            if y_fp4.numel() != m * (h // 2) or h % 2:
+                raise ArgumentError(
+                    f"y_fp4 has {y_fp4.numel()} bytes but M·H/2 = {m * (h // 2)} for M = {m}, "
+                    f"H = {h}"
+                )
+            if not y_fp4.is_contiguous():
+                raise ArgumentError("y_fp4 must be contiguous: it is read as one flat buffer")
+            y_fp4 = y_fp4.view(m, h // 2)
+    elif y_fp4.dim() < 2:
+        raise ArgumentError(
+            f"y_fp4 has shape {list(y_fp4.shape)}: pass m and h for a flat buffer, or y_fp4 "
+            "shaped [..., H/2]"
+        )
+    if global_scale is not None and not isinstance(global_scale, Tensor):
+        global_scale = _scale_tensor(global_scale, y_fp4)
+    try:
+        return DEQUANTIZE(
+            y_fp4, block_scale, global_scale, block_size, scale_format, is_sf_swizzled_layout
+        )
+    except RuntimeError as e:
+        raise translate(e) from None

@@ -1,0 +1,333 @@
+"""The ``fp4norm::*`` PyTorch operators: ``torch.library.opcheck`` over dtypes, formats,
+layouts, ``y_out`` and per-row global scales; bytes against the scalar reference; version
+counters and the refusal of leaf tensors that require grad; FlashInfer's argument order
+and exception classes; ``torch.compile`` (fullgraph, dynamic, no recompile across M,
+bytes equal to eager; CUDA graphs on a GPU). On the CPU always, on CUDA where present;
+skipped, visibly, without torch."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: torch operator tests skipped")
+
+import fp4norm  # noqa: E402
+from fp4norm import reference  # noqa: E402
+
+from fp4_helpers import FORMATS  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DTYPES = [torch.bfloat16, torch.float16]
+LAYOUTS = ["row-major", "swizzled", "both"]
+ops = torch.ops.fp4norm
+
+
+def cuda_or_skip(device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device: CUDA operator tests skipped")
+
+
+def data(m, h, dtype, device, seed=0, lead=None):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, h, generator=g)
+    r = torch.randn(m, h, generator=g) * 2
+    w = 1 + 0.25 * torch.randn(h, generator=g)
+    if m > 2:
+        x[1] = 0
+        r[1] = 0
+        x[2] *= 1000
+    x, r, w = (t.to(dtype).to(device) for t in (x, r, w))
+    if lead is not None:
+        x, r = x.reshape(*lead, h), r.reshape(*lead, h)
+    return x, r, w
+
+
+def host(t):
+    """A tensor's bytes as a NumPy array of its dtype's bit width (for the reference)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    if t.dtype == torch.float16:
+        return t.numpy()
+    return t.view(torch.uint8).numpy() if t.element_size() == 1 else t.numpy()
+
+
+def raw(t):
+    return t.detach().contiguous().view(torch.uint8).reshape(-1).cpu().numpy()
+
+
+def poisoned(shape, dtype, device):
+    return torch.full(shape, 0xAB, dtype=torch.uint8, device=device).view(dtype)
+
+
+def layout_flags(layout):
+    return dict(is_sf_swizzled_layout=layout == "swizzled", output_both_sf_layouts=layout == "both")
+
+
+CASES = list(
+    itertools.product(DTYPES, FORMATS, LAYOUTS, [False, True], [False, True], [True, False])
+)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "dtype,fmt,layout,y_out,per_row,residual",
+    CASES,
+    ids=[
+        f"{str(d)[6:]}-{b}{f}-{lay}{'-yout' if y else ''}{'-perrow' if p else ''}{'' if res else '-norez'}"
+        for d, (b, f), lay, y, p, res in CASES
+    ],
+)
+def test_operators_match_reference_and_pass_opcheck(device, dtype, fmt, layout, y_out, per_row, residual):
+    """The functional and .out operators give the scalar reference's bytes, and
+    torch.library.opcheck (schema, fake kernel, autograd registration, AOT dispatch with
+    dynamic shapes) passes for both."""
+    cuda_or_skip(device)
+    block, sfmt = fmt
+    m, h = 5, 128
+    x, r, w = data(m, h, dtype, device, seed=m + h)
+    gs = (torch.rand(m) + 0.5 if per_row else torch.tensor([1.75])).to(device)
+    flags = layout_flags(layout)
+    y = torch.empty_like(x) if y_out else None
+
+    # The reference, on host copies.
+    r_ref = host(r).copy()
+    y_ref = np.empty_like(host(x)) if y_out else None
+    ref_kw = dict(global_scale=host(gs), block_size=block, scale_format=sfmt, **flags, y_out=y_ref)
+    if residual:
+        ref = reference.add_rmsnorm_fp4quant(host(x), r_ref, host(w), **ref_kw)
+    else:
+        ref = reference.rmsnorm_fp4quant(host(x), host(w), **ref_kw)
+
+    kw = dict(global_scale=gs, block_size=block, scale_format=sfmt, **flags, y_out=y)
+    r1 = r.clone()
+    if residual:
+        out = ops.add_rmsnorm_fp4quant(x, r1, w, **kw)
+    else:
+        out = ops.rmsnorm_fp4quant(x, w, **kw)
+    q, s, u = out
+    assert q.dtype == torch.float4_e2m1fn_x2 and q.shape == (m, h // 2)
+    assert s.dtype == (torch.float8_e4m3fn if sfmt == "e4m3" else torch.uint8)
+    assert np.array_equal(raw(q), ref[0].reshape(-1).view(np.uint8))
+    assert np.array_equal(raw(s), ref[1].reshape(-1).view(np.uint8))
+    if layout == "both":
+        assert np.array_equal(raw(u), ref[2].reshape(-1).view(np.uint8))
+    else:
+        assert u.numel() == 0
+    if residual:
+        assert np.array_equal(raw(r1), r_ref.reshape(-1).view(np.uint8))
+    if y_out:
+        assert np.array_equal(raw(y), y_ref.reshape(-1).view(np.uint8))
+
+    # .out into poisoned buffers: the same bytes.
+    q2 = poisoned(q.shape, torch.uint8, device)
+    s2 = poisoned(s.shape, s.dtype, device)
+    u2 = poisoned((m, h // block), s.dtype, device) if layout == "both" else None
+    out_kw = dict(
+        global_scale=gs, block_size=block, scale_format=sfmt,
+        is_sf_swizzled_layout=layout != "row-major", y_out=y,
+    )
+    r2 = r.clone()
+    if residual:
+        ops.add_rmsnorm_fp4quant.out(x, r2, w, q2, s2, u2, **out_kw)
+        assert torch.equal(r1.view(torch.int16), r2.view(torch.int16))
+    else:
+        ops.rmsnorm_fp4quant.out(x, w, q2, s2, u2, **out_kw)
+    assert np.array_equal(raw(q2), raw(q)) and np.array_equal(raw(s2), raw(s))
+    if u2 is not None:
+        assert np.array_equal(raw(u2), raw(u))
+
+    # opcheck. Its schema check compares mutated tensors with allclose, which PyTorch has
+    # no kernel for on float8: the .out outputs go in as uint8, which fp4norm accepts too.
+    u8 = lambda t: None if t is None else t.view(torch.uint8)  # noqa: E731
+    if residual:
+        torch.library.opcheck(ops.add_rmsnorm_fp4quant.default, (x, r.clone(), w), kw)
+        torch.library.opcheck(
+            ops.add_rmsnorm_fp4quant.out, (x, r.clone(), w, q2, u8(s2), u8(u2)), out_kw
+        )
+    else:
+        torch.library.opcheck(ops.rmsnorm_fp4quant.default, (x, w), kw)
+        torch.library.opcheck(ops.rmsnorm_fp4quant.out, (x, w, q2, u8(s2), u8(u2)), out_kw)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("swizzled", [False, True])
+def test_dequantize_operator(device, fmt, swizzled):
+    cuda_or_skip(device)
+    block, sfmt = fmt
+    x, r, w = data(7, 64, torch.bfloat16, device, seed=3, lead=(7,))
+    gs = torch.tensor([0.5], device=device)
+    q, s = fp4norm.add_rmsnorm_fp4quant(
+        x, r, w, global_scale=gs, block_size=block, scale_format=sfmt, is_sf_swizzled_layout=swizzled
+    )
+    d = ops.dequantize(q, s, gs, block, sfmt, swizzled)
+    ref = fp4norm.dequantize(
+        raw(q).reshape(q.shape), raw(s).reshape(s.shape), host(gs), block, sfmt, swizzled, 7, 64
+    )
+    assert d.dtype == torch.float32 and d.shape == (7, 64)
+    dn, rn = d.cpu().numpy(), ref
+    assert np.array_equal(np.isnan(dn), np.isnan(rn)) and np.array_equal(dn[~np.isnan(dn)], rn[~np.isnan(rn)])
+    # opcheck clones inputs (PyTorch has no copy_ for packed FP4) and compares them with
+    # allclose (no float8 kernel): the codes go in as uint8, which fp4norm accepts too.
+    u8 = (q.view(torch.uint8), s.view(torch.uint8))
+    assert torch.equal(ops.dequantize(*u8, gs, block, sfmt, swizzled).view(torch.int32), d.view(torch.int32))
+    torch.library.opcheck(ops.dequantize.default, (*u8, gs, block, sfmt, swizzled))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_writes_advance_version_counters(device):
+    cuda_or_skip(device)
+    x, r, w = data(4, 64, torch.bfloat16, device)
+    y = torch.empty_like(x)
+    v = r._version
+    fp4norm.add_rmsnorm_fp4quant(x, r, w)
+    assert r._version > v
+    q = torch.empty(4, 32, dtype=torch.uint8, device=device)
+    s = torch.empty(4, 4, dtype=torch.float8_e4m3fn, device=device)
+    before = [t._version for t in (r, q, s, y)]
+    fp4norm.add_rmsnorm_fp4quant(x, r, w, q, s, y_out=y)
+    assert all(a > b for a, b in zip([t._version for t in (r, q, s, y)], before))
+    v = y._version
+    fp4norm.rmsnorm_fp4quant(x, w, y_out=y)
+    assert y._version > v
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_leaf_that_requires_grad_is_refused(device):
+    cuda_or_skip(device)
+    x, r, w = data(4, 64, torch.bfloat16, device)
+    leaf = r.clone().requires_grad_()
+    before = leaf.detach().clone()
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place operation"):
+        fp4norm.add_rmsnorm_fp4quant(x, leaf, w)
+    assert torch.equal(leaf.detach().view(torch.int16), before.view(torch.int16))
+    # As torch's own in-place ops: allowed under no_grad.
+    with torch.no_grad():
+        fp4norm.add_rmsnorm_fp4quant(x, leaf, w)
+    # A weight that requires grad (an nn.Parameter) is only read: fine, outputs need no grad.
+    q, s = fp4norm.add_rmsnorm_fp4quant(x, r, w.clone().requires_grad_())
+    assert not q.requires_grad and not s.requires_grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flashinfer_argument_order_and_exception_classes(device):
+    cuda_or_skip(device)
+    x, r, w = data(4, 64, torch.bfloat16, device)
+    y = torch.empty_like(x)
+    # y_out is positional after enable_pdl, as in FlashInfer's add_rmsnorm_fp4quant.
+    q, s = fp4norm.add_rmsnorm_fp4quant(x, r, w, None, None, None, 1e-6, 16, None, False, False, None, None, y)
+    assert q.shape == (4, 32) and torch.isfinite(y.float()).all()
+    bad = [
+        (dict(block_size=8), fp4norm.ArgumentError, "block_size"),
+        (dict(y_out=torch.empty(4, 32, dtype=torch.bfloat16, device=device)), fp4norm.ArgumentError, "y_out"),
+        (dict(y_out=torch.empty(4, 64, dtype=torch.float16, device=device)), fp4norm.ArgumentTypeError, "y_out"),
+        (dict(eps="1e-6"), fp4norm.ArgumentTypeError, "eps"),
+        (dict(scale_format="e5m2"), fp4norm.ArgumentError, "scale_format"),
+    ]
+    for kw, cls, word in bad:
+        r0 = r.clone()
+        for catch in (cls, AssertionError, ValueError if issubclass(cls, ValueError) else TypeError):
+            with pytest.raises(catch) as info:
+                fp4norm.add_rmsnorm_fp4quant(x, r, w, **kw)
+            assert word in str(info.value), str(info.value)
+            assert type(info.value) is cls
+        assert torch.equal(r.view(torch.int16), r0.view(torch.int16)), "nothing written on error"
+    # H not a multiple of the block: FlashInfer asserts, fp4norm raises ArgumentError (an AssertionError).
+    x48, r48, w48 = data(4, 48, torch.bfloat16, device)
+    with pytest.raises(AssertionError, match="multiple of the block size 32"):
+        fp4norm.add_rmsnorm_fp4quant(x48, r48, w48, block_size=32)
+
+
+def test_direct_operator_errors_name_their_class():
+    """Called as torch.ops, a bad argument is a RuntimeError whose message names the
+    fp4norm class (the FlashInfer-signature functions raise that class itself)."""
+    x, r, w = data(4, 64, torch.bfloat16, "cpu")
+    with pytest.raises(RuntimeError, match="fp4norm.ArgumentError: block_size = 8"):
+        ops.add_rmsnorm_fp4quant(x, r, w, block_size=8)
+    with pytest.raises(RuntimeError, match="fp4norm.ArgumentTypeError: input has dtype float32"):
+        ops.add_rmsnorm_fp4quant(x.float(), r, w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_3d_strided_and_partly_preallocated(device):
+    cuda_or_skip(device)
+    x, r, w = data(2 * 9, 64, torch.float16, device, lead=(2, 9))
+    big = torch.zeros(2, 9, 96, dtype=torch.float16, device=device)
+    big[..., :64] = r
+    rv = big[..., :64]
+    s = torch.empty(2, 9, 2, dtype=torch.uint8, device=device)
+    q, s_out, u = fp4norm.add_rmsnorm_fp4quant(
+        x, rv, w, block_scale=None, block_size=32, output_both_sf_layouts=True
+    )
+    assert q.shape == (2, 9, 32) and u.shape == (2, 9, 2) and s_out.shape == (128 * 4,)
+    r_ref = host(r).copy()
+    ref = reference.add_rmsnorm_fp4quant(host(x), r_ref, host(w), block_size=32, output_both_sf_layouts=True)
+    assert np.array_equal(raw(q), ref[0].reshape(-1).view(np.uint8))
+    assert np.array_equal(raw(u), ref[2].reshape(-1).view(np.uint8))
+    assert np.array_equal(raw(rv), r_ref.reshape(-1).view(np.uint8))
+    assert torch.all(big[..., 64:] == 0)
+    # Only the unswizzled output preallocated.
+    q2, s2, u2 = fp4norm.add_rmsnorm_fp4quant(
+        x, r.clone(), w, block_size=32, output_both_sf_layouts=True, block_scale_unswizzled=s
+    )
+    assert u2 is s
+
+
+def decoder_block(h_dim, device):
+    """linear -> add + RMSNorm + FP4 -> dequantize -> linear, the shape of a decoder layer."""
+    g = torch.Generator().manual_seed(7)
+    w1 = (torch.randn(h_dim, h_dim, generator=g) / h_dim**0.5).to(torch.bfloat16).to(device)
+    w2 = (torch.randn(64, h_dim, generator=g) / h_dim**0.5).to(torch.bfloat16).to(device)
+    norm_w = (1 + 0.1 * torch.randn(h_dim, generator=g)).to(torch.bfloat16).to(device)
+    gs = torch.tensor([3.0], device=device)
+
+    def block(x, residual):
+        h = x @ w1.t()
+        q, s = fp4norm.add_rmsnorm_fp4quant(h, residual, norm_w, global_scale=gs, is_sf_swizzled_layout=True)
+        d = fp4norm.dequantize(q, s, gs, is_sf_swizzled_layout=True, m=x.shape[0], h=h_dim)
+        return d.to(torch.bfloat16) @ w2.t(), q, s
+
+    return block
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_dynamic_no_recompile(device):
+    cuda_or_skip(device)
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    block = decoder_block(256, device)
+    x0, r0, _ = data(7, 256, torch.bfloat16, device)
+    explained = torch._dynamo.explain(block)(x0, r0.clone())
+    assert explained.graph_break_count == 0, explained.break_reasons
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=counter)
+    for m in (7, 128, 1000):
+        x, r, _ = data(m, 256, torch.bfloat16, device, seed=m)
+        r_eager, r_compiled = r.clone(), r.clone()
+        ye, qe, se = block(x, r_eager)
+        yc, qc, sc = compiled(x, r_compiled)
+        assert np.array_equal(raw(qe), raw(qc)) and np.array_equal(raw(se), raw(sc))
+        assert np.array_equal(raw(r_eager), raw(r_compiled)) and np.array_equal(raw(ye), raw(yc))
+    assert counter.frame_count == 1, f"recompiled: {counter.frame_count} frames"
+
+
+def test_torch_compile_cuda_graphs():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: CUDA-graph compile test skipped")
+    torch._dynamo.reset()
+    block = decoder_block(256, "cuda")
+    compiled = torch.compile(block, fullgraph=True, mode="reduce-overhead")
+    for m in (16, 16, 16, 64):
+        x, r, _ = data(m, 256, torch.bfloat16, "cuda", seed=m)
+        r_eager, r_compiled = r.clone(), r.clone()
+        ye, qe, se = block(x, r_eager)
+        yc, qc, sc = compiled(x, r_compiled)
+        assert np.array_equal(raw(qe), raw(qc)) and np.array_equal(raw(se), raw(sc))
+        assert np.array_equal(raw(r_eager), raw(r_compiled)) and np.array_equal(raw(ye), raw(yc))

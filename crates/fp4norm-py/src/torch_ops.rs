@@ -1,0 +1,1224 @@
+//! The `fp4norm::*` PyTorch operators' CPU and CUDA kernels, registered with the
+//! dispatcher through PyTorch's stable C ABI (the `aoti_torch_*` / `torch_*` functions of
+//! libtorch; no torch headers, no C++ extension build).
+//!
+//! The schemas are defined in Python (`fp4norm/_ops.py`, with their fake kernels); this
+//! module registers boxed kernels for them. A kernel reads its arguments off the
+//! dispatcher's stack, checks them (tensor metadata here, then the one validator,
+//! [`fp4norm::RawCall::validate`]) before anything is written, runs the CPU backend or
+//! enqueues the CUDA kernel on PyTorch's current stream, and returns its outputs. A
+//! failure becomes a C++ exception that PyTorch raises in Python as RuntimeError; its
+//! message starts with `fp4norm.<PythonClass>: ` so that the Python layer can re-raise it
+//! as that class.
+//!
+//! Stack conventions (PyTorch ≥ 2.10, `torch/csrc/shim_common.cpp`): a Tensor argument is
+//! an owning tensor handle; an optional argument is null or a heap box holding the value,
+//! freed by the kernel; a `str` is an owning string handle; outputs are owning handles
+//! that PyTorch takes over.
+
+use std::ffi::{c_char, c_void, CString};
+use std::sync::OnceLock;
+
+use fp4norm::cuda::{Gpu, LaunchOptions, RawStream};
+use fp4norm::raw::{run_host, HostEngine};
+use fp4norm::{
+    BlockSize, DType, Error, Fp4Format, Options, Problem, RawBuf, RawCall, RawDequant,
+    RawGlobalScale, RawMat, ScaleFormat, ScaleLayout, ScaleOut,
+};
+
+type Handle = *mut c_void;
+type Code = i32;
+type Status = i32;
+
+extern "C-unwind" {
+    fn fp4norm_delete_boxed_ivalue(boxed: *mut u64);
+    fn fp4norm_throw(message: *const c_char, len: usize) -> !;
+}
+
+/// The stable-ABI version whose stack conventions these kernels follow (2.10).
+const STABLE_ABI_2_10: u64 = (2 << 56) | (10 << 48);
+
+macro_rules! api {
+    ($($field:ident: $sym:literal => fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
+        /// libtorch's stable-ABI functions the kernels call.
+        struct Api {
+            $($field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
+        }
+        impl Api {
+            /// # Safety
+            /// `lib` must be libtorch (its symbols have these signatures).
+            unsafe fn load(lib: &libloading::Library) -> Result<Self, String> {
+                Ok(Api {
+                    // SAFETY: the caller's guarantee: each symbol has the declared type.
+                    $($field: unsafe {
+                        *lib.get::<unsafe extern "C" fn($($arg),*) $(-> $ret)?>(
+                            concat!($sym, "\0").as_bytes()
+                        ).map_err(|e| format!("{}: {e}", $sym))?
+                    },)*
+                })
+            }
+        }
+    };
+}
+
+api! {
+    abi_version: "aoti_torch_abi_version" => fn() -> u64;
+    delete_tensor: "aoti_torch_delete_tensor_object" => fn(Handle) -> Status;
+    data_ptr: "aoti_torch_get_data_ptr" => fn(Handle, *mut *mut c_void) -> Status;
+    dim: "aoti_torch_get_dim" => fn(Handle, *mut i64) -> Status;
+    sizes: "aoti_torch_get_sizes" => fn(Handle, *mut *mut i64) -> Status;
+    strides: "aoti_torch_get_strides" => fn(Handle, *mut *mut i64) -> Status;
+    dtype: "aoti_torch_get_dtype" => fn(Handle, *mut Code) -> Status;
+    device_type: "aoti_torch_get_device_type" => fn(Handle, *mut Code) -> Status;
+    device_index: "aoti_torch_get_device_index" => fn(Handle, *mut i32) -> Status;
+    layout: "aoti_torch_get_layout" => fn(Handle, *mut Code) -> Status;
+    storage_offset: "aoti_torch_get_storage_offset" => fn(Handle, *mut i64) -> Status;
+    storage_nbytes: "aoti_torch_get_storage_size" => fn(Handle, *mut i64) -> Status;
+    empty_strided: "aoti_torch_empty_strided" =>
+        fn(i64, *const i64, *const i64, Code, Code, i32, *mut Handle) -> Status;
+    string_length: "torch_string_length" => fn(*mut c_void, *mut usize) -> Status;
+    string_c_str: "torch_string_c_str" => fn(*mut c_void, *mut *const c_char) -> Status;
+    delete_string: "torch_delete_string" => fn(*mut c_void) -> Status;
+    create_device_guard: "aoti_torch_create_device_guard" => fn(i32, *mut *mut c_void) -> Status;
+    delete_device_guard: "aoti_torch_delete_device_guard" => fn(*mut c_void) -> Status;
+    library_init_impl: "aoti_torch_library_init_impl" =>
+        fn(*const c_char, *const c_char, *const c_char, u32, *mut *mut c_void) -> Status;
+    library_impl: "torch_library_impl" =>
+        fn(*mut c_void, *const c_char, extern "C-unwind" fn(*mut u64, u64, u64), u64) -> Status;
+    dtype_bf16: "aoti_torch_dtype_bfloat16" => fn() -> Code;
+    dtype_f16: "aoti_torch_dtype_float16" => fn() -> Code;
+    dtype_f32: "aoti_torch_dtype_float32" => fn() -> Code;
+    dtype_f64: "aoti_torch_dtype_float64" => fn() -> Code;
+    dtype_u8: "aoti_torch_dtype_uint8" => fn() -> Code;
+    dtype_i8: "aoti_torch_dtype_int8" => fn() -> Code;
+    dtype_i16: "aoti_torch_dtype_int16" => fn() -> Code;
+    dtype_i32: "aoti_torch_dtype_int32" => fn() -> Code;
+    dtype_i64: "aoti_torch_dtype_int64" => fn() -> Code;
+    dtype_bool: "aoti_torch_dtype_bool" => fn() -> Code;
+    dtype_e4m3: "aoti_torch_dtype_float8_e4m3fn" => fn() -> Code;
+    dtype_e5m2: "aoti_torch_dtype_float8_e5m2" => fn() -> Code;
+    dtype_e8m0: "torch_dtype_float8_e8m0fnu" => fn() -> Code;
+    dtype_fp4x2: "torch_dtype_float4_e2m1fn_x2" => fn() -> Code;
+    device_cpu: "aoti_torch_device_type_cpu" => fn() -> Code;
+    device_cuda: "aoti_torch_device_type_cuda" => fn() -> Code;
+    layout_strided: "aoti_torch_layout_strided" => fn() -> Code;
+}
+
+/// The dtypes, device types and layout codes of this libtorch, read once.
+struct Codes {
+    bf16: Code,
+    f16: Code,
+    f32: Code,
+    u8: Code,
+    e4m3: Code,
+    e8m0: Code,
+    fp4x2: Code,
+    cpu: Code,
+    cuda: Code,
+    strided: Code,
+    /// (code, name) of every dtype a message may need to name.
+    names: Vec<(Code, &'static str)>,
+}
+
+impl Codes {
+    /// The dtypes a scale output may have; the first is what fp4norm allocates
+    /// (FlashInfer's: float8_e4m3fn for E4M3, uint8 for UE8M0).
+    fn scale_dtypes(&self, format: ScaleFormat) -> [Code; 2] {
+        match format {
+            ScaleFormat::E4M3 => [self.e4m3, self.u8],
+            ScaleFormat::UE8M0 => [self.u8, self.e8m0],
+        }
+    }
+}
+
+struct Torch {
+    api: Api,
+    codes: Codes,
+    /// `aoti_torch_get_current_cuda_stream`, from libtorch_cuda where PyTorch has CUDA.
+    current_cuda_stream: Option<unsafe extern "C" fn(i32, *mut *mut c_void) -> Status>,
+    /// The libraries stay loaded (and the registrations alive) for the process.
+    _libs: Vec<libloading::Library>,
+}
+
+static TORCH: OnceLock<Torch> = OnceLock::new();
+
+fn torch() -> &'static Torch {
+    TORCH.get().expect("kernels run only after register()")
+}
+
+/// Loads libtorch's stable ABI from `libtorch_cpu` (and `libtorch_cuda`, where PyTorch has
+/// CUDA) and registers the CPU and CUDA kernels of the `fp4norm` operators, whose schemas
+/// the caller has defined. Returns the stable-ABI version of this PyTorch.
+pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, String> {
+    if let Some(t) = TORCH.get() {
+        // SAFETY: a loaded libtorch function without arguments.
+        return Ok(unsafe { (t.api.abi_version)() });
+    }
+    // SAFETY: the caller names PyTorch's own libraries, already loaded by `import torch`;
+    // opening them again only adds a reference.
+    let cpu = unsafe { libloading::Library::new(libtorch_cpu) }
+        .map_err(|e| format!("{libtorch_cpu}: {e}"))?;
+    // SAFETY: this is libtorch; the api! table declares its functions' C signatures.
+    let api = unsafe { Api::load(&cpu)? };
+    // SAFETY: a libtorch function without arguments.
+    let version = unsafe { (api.abi_version)() };
+    if version < STABLE_ABI_2_10 {
+        return Err(format!(
+            "PyTorch's stable ABI is {:#x}; fp4norm's operators need PyTorch 2.10 or newer",
+            version
+        ));
+    }
+    let mut libs = vec![cpu];
+    let mut current_cuda_stream = None;
+    if let Some(path) = libtorch_cuda {
+        // SAFETY: as for libtorch_cpu.
+        let cuda = unsafe { libloading::Library::new(path) }.map_err(|e| format!("{path}: {e}"))?;
+        // SAFETY: the symbol's C signature, as declared in aoti_torch/c/shim.h.
+        current_cuda_stream = Some(unsafe {
+            *cuda
+                .get::<unsafe extern "C" fn(i32, *mut *mut c_void) -> Status>(
+                    b"aoti_torch_get_current_cuda_stream\0",
+                )
+                .map_err(|e| format!("{path}: {e}"))?
+        });
+        libs.push(cuda);
+    }
+    // SAFETY (all below): libtorch functions without arguments.
+    let codes = unsafe {
+        Codes {
+            bf16: (api.dtype_bf16)(),
+            f16: (api.dtype_f16)(),
+            f32: (api.dtype_f32)(),
+            u8: (api.dtype_u8)(),
+            e4m3: (api.dtype_e4m3)(),
+            e8m0: (api.dtype_e8m0)(),
+            fp4x2: (api.dtype_fp4x2)(),
+            cpu: (api.device_cpu)(),
+            cuda: (api.device_cuda)(),
+            strided: (api.layout_strided)(),
+            names: vec![
+                ((api.dtype_bf16)(), "bfloat16"),
+                ((api.dtype_f16)(), "float16"),
+                ((api.dtype_f32)(), "float32"),
+                ((api.dtype_f64)(), "float64"),
+                ((api.dtype_u8)(), "uint8"),
+                ((api.dtype_i8)(), "int8"),
+                ((api.dtype_i16)(), "int16"),
+                ((api.dtype_i32)(), "int32"),
+                ((api.dtype_i64)(), "int64"),
+                ((api.dtype_bool)(), "bool"),
+                ((api.dtype_e4m3)(), "float8_e4m3fn"),
+                ((api.dtype_e5m2)(), "float8_e5m2"),
+                ((api.dtype_e8m0)(), "float8_e8m0fnu"),
+                ((api.dtype_fp4x2)(), "float4_e2m1fn_x2"),
+            ],
+        }
+    };
+    let t = Torch {
+        api,
+        codes,
+        current_cuda_stream,
+        _libs: libs,
+    };
+    let t = TORCH.get_or_init(|| t);
+    for key in ["CPU", "CUDA"] {
+        let mut lib: *mut c_void = std::ptr::null_mut();
+        let ns = CString::new("fp4norm").expect("no NUL");
+        let k = CString::new(key).expect("no NUL");
+        let file = CString::new(file!()).expect("no NUL");
+        // SAFETY: valid C strings and an out-pointer; the library object is never freed,
+        // so the registrations last for the process.
+        let status = unsafe {
+            (t.api.library_init_impl)(ns.as_ptr(), k.as_ptr(), file.as_ptr(), line!(), &mut lib)
+        };
+        if status != 0 || lib.is_null() {
+            return Err(format!("registering the fp4norm {key} kernels failed"));
+        }
+        let kernels: [(&str, extern "C-unwind" fn(*mut u64, u64, u64)); 5] = [
+            ("add_rmsnorm_fp4quant", boxed_add),
+            ("add_rmsnorm_fp4quant.out", boxed_add_out),
+            ("rmsnorm_fp4quant", boxed_rms),
+            ("rmsnorm_fp4quant.out", boxed_rms_out),
+            ("dequantize", boxed_dequantize),
+        ];
+        for (name, f) in kernels {
+            let cname = CString::new(name).expect("no NUL");
+            // SAFETY: a live library object, a C string and a boxed kernel of the right type.
+            let status = unsafe { (t.api.library_impl)(lib, cname.as_ptr(), f, STABLE_ABI_2_10) };
+            if status != 0 {
+                return Err(format!("registering fp4norm::{name} for {key} failed"));
+            }
+        }
+    }
+    Ok(version)
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------
+
+/// A failed call, by the Python exception class it becomes.
+enum Fail {
+    Type(String),
+    Value(String),
+    Runtime(String),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::DTypeMismatch { .. } | Error::UnsupportedDType(_) => Fail::Type(e.to_string()),
+            Error::CudaUnavailable(_)
+            | Error::NvrtcUnavailable(_)
+            | Error::Compile { .. }
+            | Error::Cuda { .. } => Fail::Runtime(e.to_string()),
+            _ => Fail::Value(e.to_string()),
+        }
+    }
+}
+
+impl Fail {
+    fn message(&self) -> String {
+        match self {
+            Fail::Type(m) => format!("fp4norm.ArgumentTypeError: {m}"),
+            Fail::Value(m) => format!("fp4norm.ArgumentError: {m}"),
+            Fail::Runtime(m) => format!("fp4norm.RuntimeError: {m}"),
+        }
+    }
+}
+
+fn value<T>(msg: String) -> Result<T, Fail> {
+    Err(Fail::Value(msg))
+}
+
+fn status(s: Status, what: &str) -> Result<(), Fail> {
+    if s == 0 {
+        Ok(())
+    } else {
+        Err(Fail::Runtime(format!("libtorch failed in {what}")))
+    }
+}
+
+/// Runs a kernel body and turns its failure (or a panic) into the C++ exception the
+/// dispatcher propagates. Nothing of the body is alive when the exception is thrown.
+fn run_boxed(body: impl FnOnce() -> Result<(), Fail>) {
+    let failure = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => return,
+        Ok(Err(f)) => f.message(),
+        Err(_) => "fp4norm.RuntimeError: internal error (a panic in fp4norm; please report it)"
+            .to_string(),
+    };
+    let bytes = failure.into_bytes();
+    // SAFETY: a valid buffer; the shim copies it before throwing.
+    unsafe { fp4norm_throw(bytes.as_ptr() as *const c_char, bytes.len()) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensors off the stack
+// ---------------------------------------------------------------------------------------
+
+/// An owned tensor handle (released on drop).
+struct Tensor(Handle);
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        // SAFETY: an owning handle, released once.
+        unsafe { (torch().api.delete_tensor)(self.0) };
+    }
+}
+
+impl Tensor {
+    /// Gives up ownership (to the dispatcher, as an output).
+    fn into_raw(self) -> u64 {
+        let h = self.0;
+        std::mem::forget(self);
+        h as u64
+    }
+}
+
+/// The stack of one call: the arguments in schema order, then the outputs.
+struct Stack {
+    slots: *mut u64,
+    len: usize,
+}
+
+impl Stack {
+    fn slot(&self, i: usize) -> u64 {
+        assert!(i < self.len, "argument {i} of {}", self.len);
+        // SAFETY: in bounds of the dispatcher's stack.
+        unsafe { *self.slots.add(i) }
+    }
+
+    fn set(&mut self, i: usize, v: u64) {
+        assert!(i < self.len, "output {i} of {}", self.len);
+        // SAFETY: in bounds of the dispatcher's stack.
+        unsafe { *self.slots.add(i) = v }
+    }
+
+    fn tensor(&self, i: usize) -> Tensor {
+        Tensor(self.slot(i) as Handle)
+    }
+
+    /// Unboxes an optional argument (freeing the box).
+    fn optional(&self, i: usize) -> Option<u64> {
+        let boxed = self.slot(i) as *mut u64;
+        if boxed.is_null() {
+            return None;
+        }
+        // SAFETY: a box libtorch allocated for this argument, read and freed once.
+        let v = unsafe { *boxed };
+        // SAFETY: as above.
+        unsafe { fp4norm_delete_boxed_ivalue(boxed) };
+        Some(v)
+    }
+
+    fn optional_tensor(&self, i: usize) -> Option<Tensor> {
+        self.optional(i).map(|h| Tensor(h as Handle))
+    }
+
+    fn f64(&self, i: usize) -> f64 {
+        f64::from_bits(self.slot(i))
+    }
+
+    fn i64(&self, i: usize) -> i64 {
+        self.slot(i) as i64
+    }
+
+    fn bool(&self, i: usize) -> bool {
+        self.slot(i) & 0xFF != 0
+    }
+
+    fn optional_bool(&self, i: usize) -> Option<bool> {
+        self.optional(i).map(|v| v & 0xFF != 0)
+    }
+
+    /// An optional `str` (freeing its string handle).
+    fn optional_str(&self, i: usize) -> Result<Option<String>, Fail> {
+        let Some(handle) = self.optional(i) else {
+            return Ok(None);
+        };
+        let api = &torch().api;
+        let h = handle as *mut c_void;
+        let (mut len, mut data) = (0usize, std::ptr::null());
+        // SAFETY: an owning string handle; read, then released once.
+        let read = unsafe {
+            status((api.string_length)(h, &mut len), "reading a string")
+                .and_then(|_| status((api.string_c_str)(h, &mut data), "reading a string"))
+                .map(|_| {
+                    String::from_utf8_lossy(std::slice::from_raw_parts(data as *const u8, len))
+                        .into_owned()
+                })
+        };
+        // SAFETY: as above.
+        unsafe { (api.delete_string)(h) };
+        read.map(Some)
+    }
+}
+
+const MAX_DIMS: usize = 8;
+
+/// What a kernel needs to know of a tensor argument.
+struct Meta {
+    name: &'static str,
+    ptr: u64,
+    dim: usize,
+    sizes: [i64; MAX_DIMS],
+    strides: [i64; MAX_DIMS],
+    dtype: Code,
+    device_type: Code,
+    device_index: i32,
+    layout: Code,
+    storage_offset: i64,
+    storage_nbytes: i64,
+}
+
+impl Meta {
+    fn read(name: &'static str, t: &Tensor) -> Result<Meta, Fail> {
+        let api = &torch().api;
+        let h = t.0;
+        let mut m = Meta {
+            name,
+            ptr: 0,
+            dim: 0,
+            sizes: [0; MAX_DIMS],
+            strides: [0; MAX_DIMS],
+            dtype: -1,
+            device_type: -1,
+            device_index: -1,
+            layout: -1,
+            storage_offset: 0,
+            storage_nbytes: 0,
+        };
+        let (mut ptr, mut dim) = (std::ptr::null_mut(), 0i64);
+        let (mut sizes, mut strides) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY (every call): a live tensor handle and out-pointers of the declared types;
+        // sizes and strides are borrowed for the handle's life and copied at once.
+        unsafe {
+            status((api.layout)(h, &mut m.layout), "reading a tensor")?;
+            if m.layout != torch().codes.strided {
+                return Err(Fail::Type(format!(
+                    "{name} must be a dense (strided) tensor"
+                )));
+            }
+            status((api.data_ptr)(h, &mut ptr), "reading a tensor")?;
+            status((api.dim)(h, &mut dim), "reading a tensor")?;
+            status((api.sizes)(h, &mut sizes), "reading a tensor")?;
+            status((api.strides)(h, &mut strides), "reading a tensor")?;
+            status((api.dtype)(h, &mut m.dtype), "reading a tensor")?;
+            status((api.device_type)(h, &mut m.device_type), "reading a tensor")?;
+            status(
+                (api.device_index)(h, &mut m.device_index),
+                "reading a tensor",
+            )?;
+            status(
+                (api.storage_offset)(h, &mut m.storage_offset),
+                "reading a tensor",
+            )?;
+            status(
+                (api.storage_nbytes)(h, &mut m.storage_nbytes),
+                "reading a tensor",
+            )?;
+            if dim < 0 || dim as usize > MAX_DIMS {
+                return value(format!(
+                    "{name} has {dim} dimensions; fp4norm takes at most {MAX_DIMS}"
+                ));
+            }
+            m.dim = dim as usize;
+            for d in 0..m.dim {
+                m.sizes[d] = *sizes.add(d);
+                m.strides[d] = *strides.add(d);
+            }
+        }
+        m.ptr = ptr as u64;
+        Ok(m)
+    }
+
+    fn shape(&self) -> &[i64] {
+        &self.sizes[..self.dim]
+    }
+
+    fn stride(&self) -> &[i64] {
+        &self.strides[..self.dim]
+    }
+
+    fn numel(&self) -> usize {
+        self.shape().iter().map(|&s| s as usize).product()
+    }
+
+    fn dtype_name(&self) -> String {
+        dtype_name(self.dtype)
+    }
+
+    fn need_dtype(&self, allowed: &[Code]) -> Result<(), Fail> {
+        if allowed.contains(&self.dtype) {
+            return Ok(());
+        }
+        let names: Vec<String> = allowed.iter().map(|&c| dtype_name(c)).collect();
+        Err(Fail::Type(format!(
+            "{} has dtype {}; expected {}",
+            self.name,
+            self.dtype_name(),
+            names.join(" or ")
+        )))
+    }
+
+    fn element_size(&self) -> usize {
+        let c = &torch().codes;
+        if self.dtype == c.bf16 || self.dtype == c.f16 {
+            2
+        } else if self.dtype == c.f32 {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// Refuses a tensor whose elements are not all inside its storage (a storage freed or
+    /// shrunk under a live view, as FSDP-style code does) or that has negative strides.
+    fn check_storage(&self) -> Result<(), Fail> {
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        let mut span: i64 = 1;
+        for (&n, &st) in self.shape().iter().zip(self.stride()) {
+            if st < 0 {
+                return value(format!(
+                    "{}: negative strides {:?} are not supported",
+                    self.name,
+                    self.stride()
+                ));
+            }
+            span = span.saturating_add((n - 1).saturating_mul(st));
+        }
+        let need =
+            (self.storage_offset.saturating_add(span)).saturating_mul(self.element_size() as i64);
+        if self.ptr == 0 || need > self.storage_nbytes {
+            return value(format!(
+                "{}: its elements reach byte {need} of a storage of {} bytes (the storage was \
+                 freed or resized under this view)",
+                self.name, self.storage_nbytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the tensor is one dense block in row-major order.
+    fn is_contiguous(&self) -> bool {
+        let mut expected = 1i64;
+        for d in (0..self.dim).rev() {
+            if self.sizes[d] != 1 && self.strides[d] != expected {
+                return false;
+            }
+            expected *= self.sizes[d];
+        }
+        true
+    }
+
+    /// The tensor as one flat buffer (it must be contiguous).
+    fn flat(&self) -> Result<RawBuf, Fail> {
+        if !self.is_contiguous() {
+            return value(format!(
+                "{} must be contiguous (shape {:?}, strides {:?}): it is written as one flat buffer",
+                self.name,
+                self.shape(),
+                self.stride()
+            ));
+        }
+        Ok(RawBuf::new(self.ptr, self.numel()))
+    }
+
+    /// A 2-D `[M, H]` or 3-D `[B, S, H]` tensor as `M` evenly spaced rows of `H` contiguous
+    /// elements (never a copy: a layout that is not such rows is refused).
+    fn rows(&self) -> Result<RawMat, Fail> {
+        if self.dim != 2 && self.dim != 3 {
+            return value(format!(
+                "{} must be 2-D [M, H] or 3-D [B, S, H]; got shape {:?}",
+                self.name,
+                self.shape()
+            ));
+        }
+        let cols = self.sizes[self.dim - 1] as usize;
+        let rows: usize = self.sizes[..self.dim - 1]
+            .iter()
+            .map(|&s| s as usize)
+            .product();
+        if rows == 0 || cols == 0 {
+            return Ok(RawMat::contiguous(self.ptr, rows, cols));
+        }
+        if cols > 1 && self.strides[self.dim - 1] != 1 {
+            return value(format!(
+                "{}: the last (hidden) dimension must be contiguous (stride 1); got strides {:?} \
+                 (in elements). Rows may be strided, elements may not; fp4norm never copies a \
+                 tensor behind your back",
+                self.name,
+                self.stride()
+            ));
+        }
+        let mut row_stride: Option<i64> = None;
+        let mut expected = 0i64;
+        for d in (0..self.dim - 1).rev() {
+            let (size, stride) = (self.sizes[d], self.strides[d]);
+            if size == 1 {
+                continue;
+            }
+            match row_stride {
+                None => row_stride = Some(stride),
+                Some(_) if stride != expected => {
+                    return value(format!(
+                        "{}: the leading dimensions of shape {:?} with strides {:?} cannot be \
+                         flattened into evenly spaced rows; pass a tensor whose rows are one \
+                         stride apart",
+                        self.name,
+                        self.shape(),
+                        self.stride()
+                    ))
+                }
+                Some(_) => {}
+            }
+            expected = stride * size;
+        }
+        let row_stride = row_stride.unwrap_or(cols as i64);
+        if row_stride < 0 {
+            return value(format!("{}: negative row stride {row_stride}", self.name));
+        }
+        let mat = RawMat {
+            ptr: self.ptr,
+            rows,
+            cols,
+            row_stride: row_stride as usize,
+            len: None,
+        };
+        Ok(RawMat {
+            len: Some(mat.extent(self.name)?),
+            ..mat
+        })
+    }
+}
+
+fn dtype_name(code: Code) -> String {
+    torch()
+        .codes
+        .names
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or_else(|| format!("(dtype code {code})"), |(_, n)| n.to_string())
+}
+
+/// Where a call runs: the input's device.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Cpu,
+    Cuda(i32),
+}
+
+impl Place {
+    fn of(m: &Meta) -> Result<Place, Fail> {
+        let c = &torch().codes;
+        if m.device_type == c.cpu {
+            Ok(Place::Cpu)
+        } else if m.device_type == c.cuda {
+            Ok(Place::Cuda(m.device_index.max(0)))
+        } else {
+            value(format!(
+                "{} is on a device of type code {}: fp4norm runs on CPU and CUDA tensors only",
+                m.name, m.device_type
+            ))
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Place::Cpu => "cpu".into(),
+            Place::Cuda(i) => format!("cuda:{i}"),
+        }
+    }
+
+    fn device_code(self) -> (Code, i32) {
+        match self {
+            Place::Cpu => (torch().codes.cpu, -1),
+            Place::Cuda(i) => (torch().codes.cuda, i),
+        }
+    }
+
+    fn check(self, m: &Meta, input: &Meta) -> Result<(), Fail> {
+        let p = Place::of(m)?;
+        if p != self {
+            return value(format!(
+                "{} is on {} but {} is on {}: put all tensors of one call on one device",
+                m.name,
+                p.name(),
+                input.name,
+                self.name()
+            ));
+        }
+        m.check_storage()
+    }
+}
+
+/// A new contiguous tensor on `place`.
+fn empty(shape: &[i64], dtype: Code, place: Place) -> Result<Tensor, Fail> {
+    let mut strides = [0i64; MAX_DIMS];
+    let mut acc = 1i64;
+    for d in (0..shape.len()).rev() {
+        strides[d] = acc;
+        acc = acc.saturating_mul(shape[d].max(1));
+    }
+    let (dev, index) = place.device_code();
+    let mut h: Handle = std::ptr::null_mut();
+    // SAFETY: sizes and strides of `shape.len()` dims, an out-pointer.
+    status(
+        unsafe {
+            (torch().api.empty_strided)(
+                shape.len() as i64,
+                shape.as_ptr(),
+                strides.as_ptr(),
+                dtype,
+                dev,
+                index,
+                &mut h,
+            )
+        },
+        "allocating an output",
+    )?;
+    Ok(Tensor(h))
+}
+
+// ---------------------------------------------------------------------------------------
+// The fused op
+// ---------------------------------------------------------------------------------------
+
+/// Options of one call, as the schema passes them.
+struct OpArgs {
+    eps: f64,
+    block_size: i64,
+    scale_format: Option<String>,
+    swizzled: bool,
+    enable_pdl: Option<bool>,
+}
+
+impl OpArgs {
+    fn options(&self) -> Result<Options, Fail> {
+        let block = match self.block_size {
+            16 => BlockSize::B16,
+            32 => BlockSize::B32,
+            b => {
+                return value(format!(
+                    "block_size = {b} is not supported: use 16 (NVFP4) or 32 (MXFP4)"
+                ))
+            }
+        };
+        let scale = match self.scale_format.as_deref() {
+            None | Some("") => match block {
+                BlockSize::B16 => ScaleFormat::E4M3,
+                BlockSize::B32 => ScaleFormat::UE8M0,
+            },
+            Some(s) => s.to_ascii_lowercase().parse::<ScaleFormat>().map_err(|_| {
+                Fail::Value(format!(
+                    "scale_format = {s:?} is not supported: use \"e4m3\" or \"ue8m0\""
+                ))
+            })?,
+        };
+        let eps = self.eps as f32;
+        if !self.eps.is_finite() || self.eps < 0.0 || !eps.is_finite() {
+            return Err(Error::InvalidEps(eps).into());
+        }
+        Ok(Options {
+            format: Fp4Format::new(block, scale),
+            eps,
+        })
+    }
+}
+
+/// The tensors of one fused call, off the stack (all owned: released on every path).
+struct FusedTensors {
+    input: Tensor,
+    residual: Option<Tensor>,
+    weight: Tensor,
+    global_scale: Option<Tensor>,
+    y_out: Option<Tensor>,
+    /// Preallocated outputs (`.out`): y_fp4, block_scale, block_scale_unswizzled.
+    outputs: Option<(Tensor, Tensor, Option<Tensor>)>,
+}
+
+/// Checks the tensors' dtypes, devices and views and runs the call; with `alloc`, first
+/// allocates the outputs (returned), else writes the preallocated ones.
+fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Tensor; 3]>, Fail> {
+    let c = &torch().codes;
+    let opts = args.options()?;
+    let x = Meta::read("input", &t.input)?;
+    x.need_dtype(&[c.bf16, c.f16])?;
+    let place = Place::of(&x)?;
+    x.check_storage()?;
+    let dtype = if x.dtype == c.bf16 {
+        DType::BF16
+    } else {
+        DType::F16
+    };
+    let x_rows = x.rows()?;
+    let (m, h) = (x_rows.rows, x_rows.cols);
+    let same_kind = |meta: &Meta| -> Result<(), Fail> {
+        place.check(meta, &x)?;
+        if meta.dtype != x.dtype {
+            return Err(Fail::Type(format!(
+                "{} has dtype {} but input is {}: input, residual, weight and y_out must share \
+                 one dtype",
+                meta.name,
+                meta.dtype_name(),
+                x.dtype_name()
+            )));
+        }
+        Ok(())
+    };
+    let residual = match &t.residual {
+        Some(r) => {
+            let meta = Meta::read("residual", r)?;
+            same_kind(&meta)?;
+            if meta.shape() != x.shape() {
+                return value(format!(
+                    "residual has shape {:?} but input has shape {:?}",
+                    meta.shape(),
+                    x.shape()
+                ));
+            }
+            Some(meta.rows()?)
+        }
+        None => None,
+    };
+    let w = Meta::read("weight", &t.weight)?;
+    same_kind(&w)?;
+    if w.dim != 1 || w.sizes[0] as usize != h {
+        return value(format!(
+            "weight has shape {:?}; expected ({h},), one value per hidden element",
+            w.shape()
+        ));
+    }
+    if h > 1 && w.strides[0] != 1 {
+        return value(format!(
+            "weight must be contiguous (stride 1), got stride {}",
+            w.strides[0]
+        ));
+    }
+    let y_out = match &t.y_out {
+        Some(y) => {
+            let meta = Meta::read("y_out", y)?;
+            same_kind(&meta)?;
+            if meta.shape() != x.shape() {
+                return value(format!(
+                    "y_out has shape {:?} but input has shape {:?}",
+                    meta.shape(),
+                    x.shape()
+                ));
+            }
+            Some(meta.rows()?)
+        }
+        None => None,
+    };
+    let global_scale = match &t.global_scale {
+        Some(g) => {
+            let meta = Meta::read("global_scale", g)?;
+            place.check(&meta, &x)?;
+            meta.need_dtype(&[c.f32])?;
+            let n = meta.numel();
+            if meta.dim > 1 || (n != 1 && n != m) {
+                return value(format!(
+                    "global_scale has shape {:?}: pass shape (1,) (one scale) or ({m},) (one per \
+                     row; M = {m})",
+                    meta.shape()
+                ));
+            }
+            let buf = meta.flat()?;
+            RawGlobalScale::from_count(buf.ptr, n)
+        }
+        None => RawGlobalScale::None,
+    };
+    let layout = if both {
+        ScaleLayout::Both
+    } else if args.swizzled {
+        ScaleLayout::Swizzled
+    } else {
+        ScaleLayout::RowMajor
+    };
+    let scale_codes = &c.scale_dtypes(opts.format.scale);
+    // Outputs: allocated to the sizes of the checked problem, or the caller's (checked).
+    let mut allocated = None;
+    let (y_fp4, block_scale, unswizzled) = match &t.outputs {
+        Some((q, s, u)) => {
+            let q = Meta::read("y_fp4", q)?;
+            place.check(&q, &x)?;
+            q.need_dtype(&[c.u8, c.fp4x2])?;
+            let s = Meta::read("block_scale", s)?;
+            place.check(&s, &x)?;
+            s.need_dtype(scale_codes)?;
+            let u = match u {
+                Some(u) => {
+                    let u = Meta::read("block_scale_unswizzled", u)?;
+                    place.check(&u, &x)?;
+                    u.need_dtype(scale_codes)?;
+                    Some(u.flat()?)
+                }
+                None => None,
+            };
+            (q.flat()?, s.flat()?, u)
+        }
+        None => {
+            let p = Problem::new(m, h, dtype, layout, &opts)?;
+            let lead = &x.shape()[..x.dim - 1];
+            let with_last = |last: usize| -> Vec<i64> {
+                let mut v = lead.to_vec();
+                v.push(last as i64);
+                v
+            };
+            let scale_dtype = scale_codes[0];
+            let q = empty(&with_last(h / 2), c.fp4x2, place)?;
+            let s = if layout.has_swizzled() {
+                empty(&[p.swizzled_scales_len() as i64], scale_dtype, place)?
+            } else {
+                empty(&with_last(p.n_blocks()), scale_dtype, place)?
+            };
+            let u = if both {
+                empty(&with_last(p.n_blocks()), scale_dtype, place)?
+            } else {
+                empty(&[0], scale_dtype, place)?
+            };
+            let bufs = (
+                Meta::read("y_fp4", &q)?.flat()?,
+                Meta::read("block_scale", &s)?.flat()?,
+                if both {
+                    Some(Meta::read("block_scale_unswizzled", &u)?.flat()?)
+                } else {
+                    None
+                },
+            );
+            allocated = Some([q, s, u]);
+            bufs
+        }
+    };
+    let scales = match (layout, unswizzled) {
+        (ScaleLayout::RowMajor, None) => ScaleOut::RowMajor(block_scale),
+        (ScaleLayout::Swizzled, None) => ScaleOut::Swizzled(block_scale),
+        (_, Some(u)) => ScaleOut::Both {
+            row_major: u,
+            swizzled: block_scale,
+        },
+        (ScaleLayout::Both, None) => unreachable!("both layouts come with an unswizzled buffer"),
+    };
+    let call = RawCall {
+        dtype,
+        x: x_rows,
+        residual,
+        weight: RawBuf::new(w.ptr, w.numel()),
+        y_fp4,
+        scales,
+        y_out,
+        global_scale,
+        options: opts,
+    };
+    match place {
+        // SAFETY: every address and extent comes from a live CPU tensor of this call;
+        // run_host validates the call before touching them.
+        Place::Cpu => unsafe { run_host(&call, HostEngine::Cpu)? },
+        Place::Cuda(index) => launch_cuda(index, args.enable_pdl, |gpu, stream, opts| {
+            // SAFETY: live CUDA tensors of device `index` (their metadata says so) and
+            // PyTorch's current stream of that device; validated before launching.
+            unsafe { gpu.launch_raw_with(stream, &call, opts) }
+        })?,
+    }
+    Ok(allocated)
+}
+
+/// Runs `launch` on device `index` with PyTorch's current stream, the device made current
+/// for the duration (and restored after).
+fn launch_cuda(
+    index: i32,
+    enable_pdl: Option<bool>,
+    launch: impl FnOnce(&Gpu, RawStream, &LaunchOptions) -> Result<(), Error>,
+) -> Result<(), Fail> {
+    let t = torch();
+    let Some(current_stream) = t.current_cuda_stream else {
+        return Err(Fail::Runtime(
+            "this PyTorch has no CUDA: a CUDA tensor cannot reach fp4norm's CUDA kernel".into(),
+        ));
+    };
+    let gpu = crate::gpu(index as usize)?;
+    let mut guard: *mut c_void = std::ptr::null_mut();
+    // SAFETY: an out-pointer; the guard is released below on every path.
+    status(
+        unsafe { (t.api.create_device_guard)(index, &mut guard) },
+        "selecting the device",
+    )?;
+    let mut stream: *mut c_void = std::ptr::null_mut();
+    // SAFETY: an out-pointer; the stream is borrowed from PyTorch for this call.
+    let result = status(
+        unsafe { current_stream(index, &mut stream) },
+        "reading the current CUDA stream",
+    )
+    .and_then(|_| {
+        // FlashInfer's meaning of enable_pdl: None or true launch with programmatic
+        // dependent launch wherever the GPU has it (sm_90+), false never.
+        let opts = LaunchOptions {
+            pdl: Some(enable_pdl.unwrap_or(true)),
+            devices_checked: true,
+        };
+        launch(&gpu, stream as RawStream, &opts).map_err(Fail::from)
+    });
+    // SAFETY: the guard created above, released once.
+    unsafe { (t.api.delete_device_guard)(guard) };
+    result
+}
+
+fn op_args(s: &Stack, first: usize) -> Result<OpArgs, Fail> {
+    Ok(OpArgs {
+        eps: s.f64(first),
+        block_size: s.i64(first + 1),
+        scale_format: s.optional_str(first + 2)?,
+        swizzled: s.bool(first + 3),
+        enable_pdl: None,
+    })
+}
+
+/// `fp4norm::add_rmsnorm_fp4quant` / `rmsnorm_fp4quant` (functional): allocates and returns
+/// `(y_fp4, block_scale, block_scale_unswizzled)`; the last is empty unless both layouts
+/// are asked for.
+///
+/// Schema (with residual): input, residual(a!), weight, global_scale?, eps, block_size,
+/// scale_format?, is_sf_swizzled_layout, output_both_sf_layouts, y_out(b!)?, enable_pdl?.
+fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
+    run_boxed(|| {
+        let mut s = Stack {
+            slots: stack,
+            len: n_args.max(n_out) as usize,
+        };
+        let r = with_residual as usize;
+        // Every argument is taken off the stack first, so that all are released on any path.
+        let tensors = FusedTensors {
+            input: s.tensor(0),
+            residual: with_residual.then(|| s.tensor(1)),
+            weight: s.tensor(1 + r),
+            global_scale: s.optional_tensor(2 + r),
+            y_out: s.optional_tensor(8 + r),
+            outputs: None,
+        };
+        let enable_pdl = s.optional_bool(9 + r);
+        let both = s.bool(7 + r);
+        let mut args = op_args(&s, 3 + r)?;
+        args.enable_pdl = enable_pdl;
+        let outs = fused(&tensors, &args, both)?.expect("functional form allocates");
+        drop(tensors);
+        for (i, t) in outs.into_iter().enumerate() {
+            s.set(i, t.into_raw());
+        }
+        Ok(())
+    })
+}
+
+/// `fp4norm::add_rmsnorm_fp4quant.out` / `rmsnorm_fp4quant.out`: writes preallocated outputs.
+///
+/// Schema (with residual): input, residual(a!), weight, y_fp4(b!), block_scale(c!),
+/// block_scale_unswizzled(d!)?, global_scale?, eps, block_size, scale_format?,
+/// is_sf_swizzled_layout, y_out(e!)?, enable_pdl?. A `block_scale_unswizzled` makes it a
+/// both-layouts call (`block_scale` then holds the swizzled layout).
+fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
+    run_boxed(|| {
+        let s = Stack {
+            slots: stack,
+            len: n_args.max(n_out) as usize,
+        };
+        let r = with_residual as usize;
+        let unswizzled = s.optional_tensor(4 + r);
+        let tensors = FusedTensors {
+            input: s.tensor(0),
+            residual: with_residual.then(|| s.tensor(1)),
+            weight: s.tensor(1 + r),
+            outputs: Some((s.tensor(2 + r), s.tensor(3 + r), unswizzled)),
+            global_scale: s.optional_tensor(5 + r),
+            y_out: s.optional_tensor(10 + r),
+        };
+        let enable_pdl = s.optional_bool(11 + r);
+        let both = tensors.outputs.as_ref().is_some_and(|o| o.2.is_some());
+        let mut args = op_args(&s, 6 + r)?;
+        args.enable_pdl = enable_pdl;
+        if both {
+            args.swizzled = true;
+        }
+        fused(&tensors, &args, both)?;
+        Ok(())
+    })
+}
+
+extern "C-unwind" fn boxed_add(stack: *mut u64, n_args: u64, n_out: u64) {
+    functional(stack, n_args, n_out, true)
+}
+
+extern "C-unwind" fn boxed_rms(stack: *mut u64, n_args: u64, n_out: u64) {
+    functional(stack, n_args, n_out, false)
+}
+
+extern "C-unwind" fn boxed_add_out(stack: *mut u64, n_args: u64, n_out: u64) {
+    out_form(stack, n_args, n_out, true)
+}
+
+extern "C-unwind" fn boxed_rms_out(stack: *mut u64, n_args: u64, n_out: u64) {
+    out_form(stack, n_args, n_out, false)
+}
+
+// ---------------------------------------------------------------------------------------
+// Dequantisation
+// ---------------------------------------------------------------------------------------
+
+/// `fp4norm::dequantize(y_fp4, block_scale, global_scale?, block_size, scale_format?,
+/// is_sf_swizzled_layout) -> Tensor`: float32 `[..., H]` for `y_fp4` of shape `[..., H/2]`.
+extern "C-unwind" fn boxed_dequantize(stack: *mut u64, n_args: u64, n_out: u64) {
+    run_boxed(|| {
+        let mut s = Stack {
+            slots: stack,
+            len: n_args.max(n_out) as usize,
+        };
+        let q_t = s.tensor(0);
+        let sf_t = s.tensor(1);
+        let gs_t = s.optional_tensor(2);
+        let args = OpArgs {
+            eps: 0.0,
+            block_size: s.i64(3),
+            scale_format: s.optional_str(4)?,
+            swizzled: s.bool(5),
+            enable_pdl: None,
+        };
+        let out = dequantize(&q_t, &sf_t, gs_t.as_ref(), &args)?;
+        drop((q_t, sf_t, gs_t));
+        s.set(0, out.into_raw());
+        Ok(())
+    })
+}
+
+fn dequantize(
+    q_t: &Tensor,
+    sf_t: &Tensor,
+    gs_t: Option<&Tensor>,
+    args: &OpArgs,
+) -> Result<Tensor, Fail> {
+    let c = &torch().codes;
+    let opts = args.options()?;
+    let q = Meta::read("y_fp4", q_t)?;
+    q.need_dtype(&[c.u8, c.fp4x2])?;
+    let place = Place::of(&q)?;
+    q.check_storage()?;
+    if q.dim < 1 {
+        return value("y_fp4 must have a last dimension of H/2 bytes".into());
+    }
+    let q_buf = q.flat()?;
+    let h = 2 * q.sizes[q.dim - 1] as usize;
+    let m: usize = q.shape()[..q.dim - 1].iter().map(|&s| s as usize).product();
+    let sf = Meta::read("block_scale", sf_t)?;
+    place.check(&sf, &q)?;
+    sf.need_dtype(&c.scale_dtypes(opts.format.scale))?;
+    let sf_buf = sf.flat()?;
+    let global_scale = match gs_t {
+        Some(g) => {
+            let meta = Meta::read("global_scale", g)?;
+            place.check(&meta, &q)?;
+            meta.need_dtype(&[c.f32])?;
+            let n = meta.numel();
+            if meta.dim > 1 || (n != 1 && n != m) {
+                return value(format!(
+                    "global_scale has shape {:?}: pass shape (1,) or ({m},)",
+                    meta.shape()
+                ));
+            }
+            RawGlobalScale::from_count(meta.flat()?.ptr, n)
+        }
+        None => RawGlobalScale::None,
+    };
+    // Shapes and sizes are checked before the output exists.
+    let layout = if args.swizzled {
+        ScaleLayout::Swizzled
+    } else {
+        ScaleLayout::RowMajor
+    };
+    Problem::new(m, h, DType::BF16, layout, &opts)?;
+    let mut shape = q.shape()[..q.dim - 1].to_vec();
+    shape.push(h as i64);
+    let out_t = empty(&shape, c.f32, place)?;
+    let out = Meta::read("out", &out_t)?;
+    let call = RawDequant {
+        m,
+        h,
+        format: opts.format,
+        y_fp4: q_buf,
+        scales: if args.swizzled {
+            ScaleOut::Swizzled(sf_buf)
+        } else {
+            ScaleOut::RowMajor(sf_buf)
+        },
+        global_scale,
+        out: RawBuf::new(out.ptr, out.numel()),
+    };
+    match place {
+        // SAFETY: live CPU tensors of this call; validated before use.
+        Place::Cpu => unsafe { fp4norm::raw::dequantize_host(&call)? },
+        Place::Cuda(index) => launch_cuda(index, None, |gpu, stream, opts| {
+            // SAFETY: live CUDA tensors of device `index`, PyTorch's current stream.
+            unsafe { gpu.dequantize_raw_with(stream, &call, opts) }
+        })?,
+    }
+    Ok(out_t)
+}
