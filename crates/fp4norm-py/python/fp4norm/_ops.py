@@ -88,6 +88,22 @@ DEQUANTIZE = _ops.dequantize.default
 # --------------------------------------------------------------------------------------
 
 
+def refuse_if_requires_grad(t: Tensor, op_name: str, arg: str) -> None:
+    """What PyTorch's own in-place ops do, with grad mode on, to a tensor that requires
+    grad: a leaf is refused with PyTorch's message; a non-leaf is refused too, since
+    fp4norm's operators are not differentiable."""
+    if t.requires_grad:
+        if t.is_leaf:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation "
+                f"({op_name} writes {arg} in place)."
+            )
+        raise RuntimeError(
+            f"{op_name} is not differentiable and writes {arg} in place, which requires "
+            "grad: call it under torch.no_grad() or on a detached tensor"
+        )
+
+
 def _autograd_kernel(op: Any) -> Any:
     """The Autograd kernel of a mutating operator: refuses to write a tensor that requires
     grad (a leaf as torch's own in-place ops refuse it), runs the operator below autograd
@@ -108,16 +124,7 @@ def _autograd_kernel(op: Any) -> Any:
         tensors = [(t, arg) for t, arg in tensors if t is not None]
         if torch.is_grad_enabled():
             for t, arg in tensors:
-                if t.requires_grad:
-                    if t.is_leaf:
-                        raise RuntimeError(
-                            "a leaf Variable that requires grad is being used in an in-place "
-                            f"operation ({name} writes {arg} in place)."
-                        )
-                    raise RuntimeError(
-                        f"{name} is not differentiable and writes {arg} in place, which "
-                        "requires grad: call it under torch.no_grad() or on a detached tensor"
-                    )
+                refuse_if_requires_grad(t, name, arg)
         out = op.redispatch(keyset & below, *args, **kwargs)
         torch.autograd.graph.increment_version([t for t, _ in tensors])
         return out
@@ -262,7 +269,7 @@ def _preallocated_scale_dtype(block_size: Any, scale_format: Any) -> torch.dtype
     return _scale_dtype(block_size, fmt)
 
 
-def fused(
+def _call_operator(
     input: Tensor,
     residual: Optional[Tensor],
     weight: Any,
@@ -323,6 +330,57 @@ def fused(
     if both:
         return (y_fp4, block_scale, block_scale_unswizzled)
     return (y_fp4, block_scale)
+
+
+_is_compiling = torch.compiler.is_compiling
+_below_autograd = torch._C._AutoDispatchBelowAutograd
+_increment_version = torch.autograd.graph.increment_version
+
+
+def fused(
+    input: Tensor,
+    residual: Optional[Tensor],
+    weight: Any,
+    y_fp4: Any,
+    block_scale: Any,
+    global_scale: Any,
+    eps: Any,
+    block_size: Any,
+    scale_format: Any,
+    is_sf_swizzled_layout: Any,
+    output_both_sf_layouts: Any,
+    block_scale_unswizzled: Any,
+    enable_pdl: Any,
+    y_out: Any,
+) -> Tuple[Tensor, ...]:
+    """The operators' call, with their Autograd kernel's work done here in eager mode: the
+    same refusal of tensors that require grad and the same version-counter updates, without
+    a Python kernel in the dispatch (which costs more than the native call itself). Traced
+    by torch.compile, the operators are called as they are."""
+    args = (
+        input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
+        scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
+        enable_pdl, y_out,
+    )
+    if _is_compiling():
+        return _call_operator(*args)
+    written = [
+        (t, name)
+        for t, name in (
+            (residual, "residual"), (y_out, "y_out"), (y_fp4, "y_fp4"),
+            (block_scale, "block_scale"),
+            (block_scale_unswizzled if output_both_sf_layouts else None, "block_scale_unswizzled"),
+        )
+        if isinstance(t, Tensor)
+    ]
+    if torch.is_grad_enabled():
+        op_name = "fp4norm::add_rmsnorm_fp4quant" if residual is not None else "fp4norm::rmsnorm_fp4quant"
+        for t, name in written:
+            refuse_if_requires_grad(t, op_name, name)
+    with _below_autograd():
+        out = _call_operator(*args)
+    _increment_version([t for t, _ in written])
+    return out
 
 
 def dequantize(

@@ -196,6 +196,13 @@ def test_in_place_writes_advance_version_counters(device):
     v = y._version
     fp4norm.rmsnorm_fp4quant(x, w, y_out=y)
     assert y._version > v
+    # Called as operators (their Autograd kernel) too.
+    v = (r._version, y._version)
+    ops.add_rmsnorm_fp4quant(x, r, w, y_out=y)
+    assert r._version > v[0] and y._version > v[1]
+    v = q._version
+    ops.rmsnorm_fp4quant.out(x, w, q, s)
+    assert q._version > v
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -206,6 +213,12 @@ def test_leaf_that_requires_grad_is_refused(device):
     before = leaf.detach().clone()
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place operation"):
         fp4norm.add_rmsnorm_fp4quant(x, leaf, w)
+    assert torch.equal(leaf.detach().view(torch.int16), before.view(torch.int16))
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        ops.add_rmsnorm_fp4quant(x, leaf, w)
+    # A non-leaf that requires grad: refused too (the operators are not differentiable).
+    with pytest.raises(RuntimeError, match="not differentiable"):
+        fp4norm.add_rmsnorm_fp4quant(x, leaf * 1, w)
     assert torch.equal(leaf.detach().view(torch.int16), before.view(torch.int16))
     # As torch's own in-place ops: allowed under no_grad.
     with torch.no_grad():
