@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds, on this (GPU-less) machine, everything the GPU machine runs, into .artifacts/
-# (git-ignored; name it in the device tool's `carry`):
-#   .artifacts/bin/      release test binaries (gpu, ...) and the fp4norm CLI
-#   .artifacts/kcache.tgz  sm_90 cubins of every sweep kernel (so the device compiles nothing)
-#   .artifacts/peers/    the Triton/torch.compile speed peer from ../shared/peers
-# Then, on the device: `bash scripts/gpu-check.sh [tests|sanitize|bench|peers|all]`.
+# Builds, on a machine without a GPU or CUDA toolkit, everything a GPU machine without a
+# Rust toolchain runs, into .artifacts/ (git-ignored; copy it along with the tree):
+#   .artifacts/bin/        release test binaries (gpu, ...) and the fp4norm CLI
+#   .artifacts/kcache.tgz  sm_90 cubins of every sweep kernel (so the GPU machine compiles nothing)
+#   .artifacts/wheel/      the Python module's wheel (pip wheel .)
+#   .artifacts/peers/      the Triton/torch.compile speed peer, where ../shared/peers has it
+#   .artifacts/flashinfer/ FlashInfer's fp4 norm test files, when FLASHINFER_SRC names a checkout
+# Then, there: `bash scripts/gpu-check.sh [tests|sanitize|bench|python|peers|all]`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -35,16 +37,25 @@ for line in sys.stdin:
 
 '
 
-# Only the GPU tests travel (stripped: the 64 MiB limit on what the device tool carries).
+# Only the GPU tests travel, stripped (what a remote run may carry can be limited in size).
 strip -o .artifacts/bin/gpu .dev/testbin/gpu
 
 echo "== precompiling the sweep kernels for sm_90 into .artifacts/kcache"
 rm -rf .artifacts/kcache
 FP4NORM_CACHE_DIR=$root/.artifacts/kcache FP4NORM_REQUIRE_NVRTC=1 FP4NORM_COMPILE_ARCHS=sm_90 .dev/testbin/kernels_compile --nocapture 2>&1 | grep -E "kernel compile check|test result"
 rm -rf .artifacts/kcache/sm_100a   # the H200 needs only sm_90
-# Packed: the cubins compress to a third, and the device tool carries at most 64 MiB
-# (gpu-check.sh unpacks it on the device).
+# Packed: the cubins compress to a third (gpu-check.sh unpacks them there).
 tar czf .artifacts/kcache.tgz -C .artifacts kcache && rm -rf .artifacts/kcache
 
+echo "== the Python module's wheel"
+rm -rf .artifacts/wheel
+python3 -m pip wheel -q --no-deps . -w .artifacts/wheel
+
 if [ -d ../shared/peers ]; then cp ../shared/peers/*.py .artifacts/peers/; fi
+rm -rf .artifacts/flashinfer
+if [ -n "${FLASHINFER_SRC:-}" ]; then
+  mkdir -p .artifacts/flashinfer/tests/norm
+  cp -r "$FLASHINFER_SRC/tests/test_helpers" .artifacts/flashinfer/tests/
+  cp "$FLASHINFER_SRC"/tests/norm/test_*rmsnorm_fp4_quant_cute_dsl.py .artifacts/flashinfer/tests/norm/
+fi
 du -sh .artifacts

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a working tree carrying .artifacts/ (see gpu-build.sh).
-# Usage: bash scripts/gpu-check.sh [tests] [exactpath] [concurrency] [sanitize] [bench] [layouts] [peers] [all]
+# Usage: bash scripts/gpu-check.sh [tests] [exactpath] [concurrency] [sanitize] [bench] [layouts] [python] [peers] [all]
 #        bash scripts/gpu-check.sh tune | nanexp | ab | ncu   (measurements, not in `all`)
-#        bash scripts/gpu-check.sh report   (issue 4's whole table in one call: tests, main
+#        bash scripts/gpu-check.sh report   (every table of BENCHMARKS.md in one run: tests, main
 #        table, layouts, y_out, f16, PDL chain, Triton peer -> $OUT/report.tgz + report.md)
-# Logs go to $OUT (the device tool brings them back); a short summary prints last.
+# Logs go to $OUT (default /tmp/fp4norm-out); a short summary prints last.
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/fp4norm-out}
 mkdir -p "$out"
 export FP4NORM_REQUIRE_GPU=1
 export FP4NORM_CACHE_DIR=$PWD/.artifacts/kcache
-# gpu-build.sh packs the cache (the device tool's 64 MiB limit); unpack it once.
+# gpu-build.sh packs the cache; unpack it once.
 if [ ! -d .artifacts/kcache ] && [ -f .artifacts/kcache.tgz ]; then tar xzf .artifacts/kcache.tgz -C .artifacts; fi
 export PYTHONUNBUFFERED=1
 # NVRTC of the torch wheel, for specialisations not in the carried cache (tuning runs).
@@ -41,6 +41,27 @@ if has tests; then
   FP4NORM_L2_PREFETCH_ROWS=1 "$bin/gpu" --test-threads=3 gpu_sweep gpu_edge_cases gpu_many_row_shapes > "$out/gpu-tests-prefetch.log" 2>&1
   grep -E "^FAIL|panicked" "$out/gpu-tests-prefetch.log" | head -20
   summary+=("tests, L2 prefetch of the next row forced: $(grep 'test result' "$out/gpu-tests-prefetch.log" | tail -1) ($(( $(date +%s) - start ))s)")
+fi
+
+if has python; then
+  # The wheel of gpu-build.sh in a private site folder (the machine's torch is used as is).
+  echo "== Python module: its tests with CUDA, the torch operator's call cost, FlashInfer's tests"
+  site=/tmp/fp4norm-site
+  rm -rf "$site"
+  python3 -m pip install -q --no-deps --no-index --target "$site" .artifacts/wheel/*.whl 2>&1 | grep -v WARNING | tail -2
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+  start=$(date +%s)
+  (cd crates/fp4norm-py && timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -q -rs -p no:cacheprovider python/tests ${PYTEST_ARGS:-}) > "$out/python-tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$out/python-tests.log" | tail -25
+  summary+=("python tests: $(tail -1 "$out/python-tests.log") ($(( $(date +%s) - start ))s)")
+  for d in cuda cpu; do
+    python3 scripts/torch-op-cost.py --device $d --json "$out/torch-op-cost-$d.json" 2>&1 | tee "$out/torch-op-cost-$d.txt"
+  done
+  if [ -d .artifacts/flashinfer ]; then
+    start=$(date +%s)
+    OUT=$out bash scripts/flashinfer-parity/run.sh .artifacts/flashinfer
+    summary+=("FlashInfer's tests: $(tail -1 "$out/flashinfer-tests.log") ($(( $(date +%s) - start ))s)")
+  fi
 fi
 
 if has concurrency; then
@@ -177,11 +198,10 @@ if [[ " $modes " == *" ncu "* ]]; then
 fi
 
 if [[ " $modes " == *" report "* ]]; then
-  # Everything BENCHMARKS.md's issue-4 table needs, from one machine in one call, kept in
-  # one tarball (the device tool brings back at most 8 files). About 480 s on an H200 with every
-  # section (fifteenth session: 385 s to the H = 32768 section, ~45 s each for it and f16).
+  # Everything BENCHMARKS.md's tables need, from one machine in one run, kept in one
+  # tarball (few files to copy back). About 480 s on an H200 with every section.
   # REPORT_DEADLINE (seconds, default 500): sections not started by then are skipped (and
-  # say so), so that the tarball is always written within a device call's limit.
+  # say so), so that the tarball is always written within a run's time limit.
   echo "== report: tests, main table, Triton peer, layouts, y_out, PDL, H = 32768, f16"
   rep=$out/report; mkdir -p "$rep"
   t0=$(date +%s)

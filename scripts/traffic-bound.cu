@@ -5,18 +5,12 @@
 // what fp4norm reaches, the remaining gap to the copy is the access pattern's, not the
 // math's. It prints GB/s and its own 2 GiB copy figure, from a plain grid-stride copy that
 // runs a few % below `fp4norm bench`'s (four loads in flight per thread); BENCHMARKS.md
-// compares both programs against fp4norm's copy measured in the same device call.
+// compares both programs against fp4norm's copy measured in the same run.
 // `traffic-bound curve`: bandwidth of row+barrier against d rounds of the pass-2 stand-in.
 // `traffic-bound occupancy`: the same with 4-6 resident CTAs per SM (16384 x 4096); k = 60 is
 // six CTAs with as much dynamic shared memory per SM as the capped runs (the L1 split alike).
 // `traffic-bound neighbour`: row+barrier after a kernel holding ~200 KB of shared memory per
 // SM (as GEMMs do), with no carve-out preference and with the largest L1 preferred.
-// The seventh session's device calls 5, 9 and 10 ran this program (its modes since refactored
-// over one Buffers type: the same kernels and timings; `neighbour` added after the calls);
-// call 4 an earlier state (the same kernels with the stand-in's rounds fixed at compile time,
-// no `curve`, a copy of 16 CTAs of 256 threads per SM), call 3 a first draft
-// (benchmarks/2026-11-30-h200-s7/README.md).
-//
 // Build and run on the GPU machine (nvcc 13.0 there; nothing here links fp4norm):
 //   nvcc -O3 -arch=sm_90 -o /tmp/traffic-bound scripts/traffic-bound.cu && /tmp/traffic-bound
 //

@@ -999,7 +999,9 @@ fn launch_cuda(
             "this PyTorch has no CUDA: a CUDA tensor cannot reach fp4norm's CUDA kernel".into(),
         ));
     };
-    let gpu = crate::gpu(index as usize)?;
+    // PyTorch's current device becomes `index` for the call and is restored after it: the
+    // device's first use (cudarc opening its primary context) and the launch make that
+    // context current, which is what the runtime API takes for the current device.
     let mut guard: *mut c_void = std::ptr::null_mut();
     // SAFETY: an out-pointer; the guard is released below on every path.
     status(
@@ -1007,20 +1009,22 @@ fn launch_cuda(
         "selecting the device",
     )?;
     let mut stream: *mut c_void = std::ptr::null_mut();
-    // SAFETY: an out-pointer; the stream is borrowed from PyTorch for this call.
-    let result = status(
-        unsafe { current_stream(index, &mut stream) },
-        "reading the current CUDA stream",
-    )
-    .and_then(|_| {
-        // FlashInfer's meaning of enable_pdl: None or true launch with programmatic
-        // dependent launch wherever the GPU has it (sm_90+), false never.
-        let opts = LaunchOptions {
-            pdl: Some(enable_pdl.unwrap_or(true)),
-            devices_checked: true,
-        };
-        launch(&gpu, stream as RawStream, &opts).map_err(Fail::from)
-    });
+    let result = crate::gpu(index as usize)
+        .map_err(Fail::from)
+        .and_then(|gpu| {
+            // SAFETY: an out-pointer; the stream is borrowed from PyTorch for this call.
+            status(
+                unsafe { current_stream(index, &mut stream) },
+                "reading the current CUDA stream",
+            )?;
+            // FlashInfer's meaning of enable_pdl: None or true launch with programmatic
+            // dependent launch wherever the GPU has it (sm_90+), false never.
+            let opts = LaunchOptions {
+                pdl: Some(enable_pdl.unwrap_or(true)),
+                devices_checked: true,
+            };
+            launch(&gpu, stream as RawStream, &opts).map_err(Fail::from)
+        });
     // SAFETY: the guard created above, released once.
     unsafe { (t.api.delete_device_guard)(guard) };
     result

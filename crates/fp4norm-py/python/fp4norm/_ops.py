@@ -33,7 +33,7 @@ from typing import Any, Optional, Tuple
 
 import torch
 
-from . import _core
+from . import _api, _core
 from ._errors import ArgumentError, ArgumentTypeError
 
 Tensor = torch.Tensor
@@ -66,6 +66,9 @@ for _schema in SCHEMAS.values():
 
 
 def _register_native() -> int:
+    # The CUDA kernels are compiled by NVRTC on first use: point fp4norm at the
+    # nvidia-cuda-nvrtc wheel PyTorch installs, unless FP4NORM_NVRTC_DIR says otherwise.
+    _api._find_nvrtc()
     lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     cuda = os.path.join(lib, "libtorch_cuda.so")
     return _core.register_torch_ops(
