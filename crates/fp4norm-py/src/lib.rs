@@ -270,6 +270,63 @@ fn dequantize(
     .map_err(to_py)
 }
 
+/// SPEC.md §9's reduction over host memory: `inputs` (the ranks' `[M, H]` views, in rank
+/// order) summed into `out` (`M · H` elements, contiguous) by the scalar reference.
+#[pyfunction]
+fn allreduce_sum(py: Python<'_>, dtype: String, inputs: Vec<Mat>, out: Buf) -> PyResult<()> {
+    let dtype = dtype.parse::<DType>().map_err(to_py)?;
+    let mats = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, &m)| raw_mat(m, if k == 0 { "inputs[0]" } else { "inputs[k]" }))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(to_py)?;
+    py.detach(move || {
+        // SAFETY: the Python layer passes the extents of live host arrays of `dtype`; `out`
+        // is a fresh array of M·H elements that overlaps none of them.
+        unsafe {
+            match dtype {
+                DType::BF16 => host_allreduce_sum::<fp4norm::bf16>(&mats, out),
+                DType::F16 => host_allreduce_sum::<fp4norm::f16>(&mats, out),
+            }
+        }
+    })
+    .map_err(to_py)
+}
+
+/// # Safety
+/// As for [`allreduce_sum`].
+unsafe fn host_allreduce_sum<T: fp4norm::Element>(mats: &[RawMat], out: Buf) -> Result<(), Error> {
+    let views = mats
+        .iter()
+        .map(|m| {
+            let len = m.len.unwrap_or(0);
+            // SAFETY: the caller's guarantee: `len` elements of T at `ptr` (len 0: no access).
+            let data: &[T] = if len == 0 {
+                &[]
+            } else {
+                unsafe { std::slice::from_raw_parts(m.ptr as usize as *const T, len) }
+            };
+            fp4norm::MatRef::with_stride(data, m.rows, m.cols, m.row_stride)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let sum = fp4norm::reference::allreduce_sum(&views)?;
+    if sum.len() != out.1 {
+        return Err(Error::OutputSize {
+            name: "out",
+            expected: sum.len(),
+            got: out.1,
+            what: "M·H elements".into(),
+        });
+    }
+    if !sum.is_empty() {
+        // SAFETY: the caller's guarantee: `out` holds out.1 writable elements of T.
+        unsafe { std::slice::from_raw_parts_mut(out.0 as usize as *mut T, out.1) }
+            .copy_from_slice(&sum);
+    }
+    Ok(())
+}
+
 /// Buffer sizes of one call: `(y_fp4 bytes, row-major scale bytes, swizzled scale bytes)`.
 /// Raises ValueError for an invalid block size, scale format or hidden size.
 #[pyfunction]
@@ -321,5 +378,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_info, m)?)?;
     m.add_function(wrap_pyfunction!(register_torch_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(allreduce_sum, m)?)?;
     Ok(())
 }

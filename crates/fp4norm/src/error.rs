@@ -94,6 +94,20 @@ pub enum Error {
     #[error("eps = {0} is invalid: eps must be finite and ≥ 0 (the usual value is 1e-6)")]
     InvalidEps(f32),
 
+    /// An all-reduce (SPEC.md §9) without any rank's input.
+    #[error("the all-reduce needs the input of at least one rank")]
+    NoRankInputs,
+
+    /// A rank's input of an all-reduce does not have rank 0's shape.
+    #[error("shape mismatch: rank {rank}'s input is [{got_rows}, {got_cols}] but rank 0's is [{rows}, {cols}]")]
+    RankShapeMismatch {
+        rank: usize,
+        rows: usize,
+        cols: usize,
+        got_rows: usize,
+        got_cols: usize,
+    },
+
     /// A size computation overflowed the address space.
     #[error("tensor sizes overflow a 64-bit byte count: check M and H")]
     SizeOverflow,

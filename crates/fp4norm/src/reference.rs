@@ -112,6 +112,69 @@ fn run<T: Element>(
     Ok(())
 }
 
+/// SPEC.md §9, the reduction: the ranks' inputs summed element by element in rank order,
+/// one f32 rounding per addition, then one rounding to the dtype. Returns the `[M, H]` sum,
+/// contiguous. Every rank computes the same bytes from the same inputs, whatever their
+/// transport (unlike an all-reduce whose order depends on its algorithm and rank count).
+pub fn allreduce_sum<T: Element>(inputs: &[MatRef<'_, T>]) -> Result<Vec<T>, Error> {
+    let first = inputs.first().ok_or(Error::NoRankInputs)?;
+    let (m, h) = (first.rows(), first.cols());
+    for (rank, x) in inputs.iter().enumerate() {
+        if x.rows() != m || x.cols() != h {
+            return Err(Error::RankShapeMismatch {
+                rank,
+                rows: m,
+                cols: h,
+                got_rows: x.rows(),
+                got_cols: x.cols(),
+            });
+        }
+    }
+    let mut sum = Vec::with_capacity(m.checked_mul(h).ok_or(Error::SizeOverflow)?);
+    let mut acc = vec![0f32; h];
+    for row in 0..m {
+        acc.iter_mut()
+            .zip(first.row(row))
+            .for_each(|(a, v)| *a = v.to_f32());
+        for x in &inputs[1..] {
+            for (a, v) in acc.iter_mut().zip(x.row(row)) {
+                *a += v.to_f32();
+            }
+        }
+        sum.extend(acc.iter().map(|&a| T::round_from_f32(a)));
+    }
+    Ok(sum)
+}
+
+/// SPEC.md §9: the all-reduce of the ranks' `inputs` ([`allreduce_sum`]) fused in front of
+/// [`add_rmsnorm_fp4quant`], with this rank's residual, weight and outputs. Every argument
+/// is checked before anything is written.
+pub fn allreduce_add_rmsnorm_fp4quant<T: Element>(
+    inputs: &[MatRef<'_, T>],
+    residual: MatMut<'_, T>,
+    weight: &[T],
+    out: Fp4Out<'_, T>,
+    global_scale: GlobalScale<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
+    let sum = allreduce_sum(inputs)?;
+    let x = MatRef::new(&sum, inputs[0].rows(), inputs[0].cols())?;
+    add_rmsnorm_fp4quant(x, residual, weight, out, global_scale, opts)
+}
+
+/// SPEC.md §9 without a residual: the all-reduce of `inputs`, then [`rmsnorm_fp4quant`].
+pub fn allreduce_rmsnorm_fp4quant<T: Element>(
+    inputs: &[MatRef<'_, T>],
+    weight: &[T],
+    out: Fp4Out<'_, T>,
+    global_scale: GlobalScale<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
+    let sum = allreduce_sum(inputs)?;
+    let x = MatRef::new(&sum, inputs[0].rows(), inputs[0].cols())?;
+    rmsnorm_fp4quant(x, weight, out, global_scale, opts)
+}
+
 /// SPEC.md §1.6: a block's scale code and the inverse scale its elements are multiplied by.
 pub fn block_scale(format: Fp4Format, amax: f32, gs: f32) -> (u8, f32) {
     match format.scale {

@@ -557,3 +557,44 @@ def dequantize(
     )
     del gs_keep
     return out
+
+
+def allreduce_sum(inputs: Any) -> Any:
+    """SPEC.md §9's reduction of host arrays: the ranks' inputs summed in rank order (one
+    float32 rounding per addition, one rounding to the dtype at the end), as a new array of
+    the first input's kind, dtype and shape."""
+    if not isinstance(inputs, (list, tuple)):
+        raise ArgumentTypeError(
+            f"inputs must be a list (or tuple) of the ranks' arrays, got {type(inputs).__name__}"
+        )
+    if len(inputs) == 0:
+        raise ArgumentError("inputs is empty: the all-reduce needs the input of at least one rank")
+    views = [_view(a, "inputs[0]" if k == 0 else f"inputs[{k}]") for k, a in enumerate(inputs)]
+    first = views[0]
+    if first.device != "cpu":
+        raise ArgumentError("the reference runs on host (CPU / NumPy) arrays only")
+    first.need_dtype(("bf16", "f16"))
+    for v in views[1:]:
+        v.same_place(first)
+        if v.kind != first.kind:
+            raise ArgumentTypeError(f"{v.name} is a {v.kind} array but inputs[0] is a {first.kind} one")
+        if v.dt != first.dt:
+            raise ArgumentTypeError(
+                f"{v.name} has dtype {_DTYPE_WORDS.get(v.dt, v.dt)} but inputs[0] is "
+                f"{_DTYPE_WORDS[first.dt]}: every rank's input must share one dtype"
+            )
+        if v.shape != first.shape:
+            raise ArgumentError(
+                f"{v.name} has shape {list(v.shape)} but inputs[0] has shape {list(first.shape)}"
+            )
+    if first.kind == "numpy":
+        import numpy as np
+
+        out = np.empty(first.shape, dtype=first.obj.dtype)
+    else:
+        import torch
+
+        out = torch.empty(first.shape, dtype=first.obj.dtype)
+    o = _view(out, "out")
+    _core.allreduce_sum(first.dt, [v.rows() for v in views], o.flat())
+    return out

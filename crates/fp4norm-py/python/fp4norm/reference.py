@@ -13,7 +13,12 @@ from . import _api
 
 Array = Any
 
-__all__ = ["add_rmsnorm_fp4quant", "rmsnorm_fp4quant"]
+__all__ = [
+    "add_rmsnorm_fp4quant",
+    "rmsnorm_fp4quant",
+    "allreduce_add_rmsnorm_fp4quant",
+    "allreduce_rmsnorm_fp4quant",
+]
 
 
 def add_rmsnorm_fp4quant(
@@ -60,4 +65,55 @@ def rmsnorm_fp4quant(
         input, None, weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
         None, y_out, backend="reference",
+    )
+
+
+def allreduce_add_rmsnorm_fp4quant(
+    inputs: Any,
+    residual: Array,
+    weight: Array,
+    y_fp4: Optional[Array] = None,
+    block_scale: Optional[Array] = None,
+    global_scale: Union[Array, float, None] = None,
+    eps: float = 1e-6,
+    block_size: int = 16,
+    scale_format: Optional[str] = None,
+    is_sf_swizzled_layout: bool = False,
+    output_both_sf_layouts: bool = False,
+    block_scale_unswizzled: Optional[Array] = None,
+    *,
+    y_out: Optional[Array] = None,
+) -> Tuple[Array, ...]:
+    """SPEC.md §9, tensor parallel: the ranks' ``inputs`` (a list of host arrays, rank
+    order) summed in float32 one addition at a time and rounded once to the dtype, then
+    :func:`add_rmsnorm_fp4quant` on that sum with this rank's ``residual``, ``weight`` and
+    outputs. The contract every transport of the fused all-reduce must match, byte for byte."""
+    return add_rmsnorm_fp4quant(
+        _api.allreduce_sum(inputs), residual, weight, y_fp4, block_scale, global_scale, eps,
+        block_size, scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
+        block_scale_unswizzled, y_out=y_out,
+    )
+
+
+def allreduce_rmsnorm_fp4quant(
+    inputs: Any,
+    weight: Array,
+    y_fp4: Optional[Array] = None,
+    block_scale: Optional[Array] = None,
+    global_scale: Union[Array, float, None] = None,
+    eps: float = 1e-6,
+    block_size: int = 16,
+    scale_format: Optional[str] = None,
+    is_sf_swizzled_layout: bool = False,
+    *,
+    output_both_sf_layouts: bool = False,
+    block_scale_unswizzled: Optional[Array] = None,
+    y_out: Optional[Array] = None,
+) -> Tuple[Array, ...]:
+    """:func:`allreduce_add_rmsnorm_fp4quant` without a residual (``rmsnorm_fp4quant`` on
+    the sum)."""
+    return rmsnorm_fp4quant(
+        _api.allreduce_sum(inputs), weight, y_fp4, block_scale, global_scale, eps, block_size,
+        scale_format, is_sf_swizzled_layout, output_both_sf_layouts=output_both_sf_layouts,
+        block_scale_unswizzled=block_scale_unswizzled, y_out=y_out,
     )
