@@ -527,7 +527,7 @@ class Page:
             rs = self.pair(m, h)
             if rs:
                 t = [r["graph_us"] for r in rs]
-                out.append(f"| {m} × {h}: ≤ {limit:g} µs | {' / '.join(f'{v:.2f}' for v in t)} µs | "
+                out.append(f"| {m} × {h}: ≤ {limit:.1f} µs | {' / '.join(f'{v:.2f}' for v in t)} µs | "
                            f"{'met' if round(max(t), 2) <= limit else 'missed'} |")
         s = self.speedups()
         if s:
