@@ -31,7 +31,6 @@ Report mode (what `gpu-check.sh report` calls to write report.md):
 import argparse
 import csv
 import datetime
-import io
 import json
 import os
 import re
@@ -205,7 +204,7 @@ class Run:
             r["_run"] = self
 
     def pct(self, row):
-        return 100.0 * row["graph_gb_per_s"] / self.copy
+        return pct(self.data, row)
 
 
 def key(r):
