@@ -1,24 +1,47 @@
 #!/usr/bin/env python3
-"""Markdown tables for BENCHMARKS.md from `fp4norm bench --json` files (and the Triton
-peer's JSON), so that the published figures are the measured ones, not retyped.
+"""BENCHMARKS.md's tables and the raw-data CSV from the files of one measurement run, so
+that the published figures are the measured ones, not retyped. Standard library only
+(it runs on the GPU machine too).
 
-    python3 scripts/bench-tables.py --main bench.json [--peers peer_bench.json]
+Page mode: after `bash scripts/gpu-check.sh report` (which writes report.tgz):
+
+    python3 scripts/bench-tables.py --report report.tgz --commit 88ab7b4 \
+        [--date 2026-12-01] [--driver 580.159.04] [--cuda "13.0"] \
+        [--extra RUN.json[@COMMIT] ...] [--cpu CPU.json@COMMIT --cpu-machine TEXT] \
+        [--csv benchmarks/h200.csv] [--cpu-csv benchmarks/cpu.csv] [--update BENCHMARKS.md]
+
+--report: the report.tgz (or its unpacked report/ folder): main, layouts, y_out, H = 32768
+and f16 bench JSONs, the Triton peer's JSON, the PDL log, the GPU test log.
+--extra: more `fp4norm bench --json` runs of the same card (e.g. a section the report
+skipped at its deadline); `@COMMIT` when they ran on another commit than --commit. Rows of
+the same commit fill the report's tables where the report has no such row; rows of
+another commit are shown in a table of their own next to the report's figures.
+--cpu: an `fp4norm bench --device cpu --json` run for the CPU table.
+--update: replaces every block between `<!-- BEGIN bench-tables: NAME -->` and
+`<!-- END bench-tables: NAME -->` in the page with the block NAME generated here (the text
+around them is left alone); without --update the blocks are printed.
+--csv / --cpu-csv: every row of the run (fp4norm, the Triton peer, the PDL chain), one per
+line, with the card, commit, date and the copy bandwidth of the run it came from.
+
+Report mode (what `gpu-check.sh report` calls to write report.md):
+
+    python3 scripts/bench-tables.py --main main.json [--peers peer_bench.json]
         [--layouts layouts.json] [--yout yout.json] [--extra run.json ...]
-
---main: the main table run (row-major, M x H grid, both presets); cells are graph-replay
-µs per call under 4M elements, else graph-replay GB/s as % of the run's copy.
---peers: Triton / torch.compile medians next to ours for the peer's shapes.
---layouts: one run over row-major, swizzled and both: extra time over row-major.
---yout / --extra (repeatable: f16, other shapes): µs and % of copy per row; their bf16
-row-major rows also serve the peer comparison. Standard library only (runs on the GPU
-machine too).
 """
 import argparse
+import csv
+import datetime
 import json
+import os
+import re
 import sys
+import tarfile
 
 SMALL = 4 * 1024 * 1024  # elements: below, µs per call; above, % of copy
 FORMATS = ("nvfp4", "mxfp4")
+HS = (2048, 4096, 5120, 7168, 8192, 16384, 32768)
+TARGET_PCT = 94.0  # % of copy at M·H >= 2^25
+BIG = 1 << 25
 
 
 def load(path):
@@ -33,6 +56,11 @@ def index(run):
 
 def pct(run, row):
     return 100.0 * row["graph_gb_per_s"] / run["copy"]["gb_per_s"]
+
+
+def vs_same(row):
+    same = row.get("copy_same_bytes_gb_per_s")
+    return 100.0 * row["graph_gb_per_s"] / same if same else None
 
 
 def header(run, what):
@@ -50,6 +78,9 @@ def m_by_h(ms, hs, cell, skip_empty_rows=False):
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# Report mode: report.md of one `gpu-check.sh report` run.
+
 def grid(run, dtype="bf16", layout="row-major"):
     rows = index(run)
     ms = sorted({k[0] for k in rows if k[2] == dtype and k[4] == layout})
@@ -64,25 +95,38 @@ def grid(run, dtype="bf16", layout="row-major"):
             return " / ".join(f"{r['graph_us']:.2f}" for r in rs) + " µs"
         return " / ".join(f"{pct(run, r):.1f}%" for r in rs)
 
-    def vs_same(m, h):
+    def same(m, h):
         rs = pair(m, h)
-        if any(r is None or not r.get("copy_same_bytes_gb_per_s") for r in rs):
+        if any(r is None or vs_same(r) is None for r in rs):
             return "-"
-        return " / ".join(f"{100 * r['graph_gb_per_s'] / r['copy_same_bytes_gb_per_s']:.0f}%" for r in rs)
+        return " / ".join(f"{vs_same(r):.0f}%" for r in rs)
 
     out = [header(run, "main table") + f"; {dtype}, {layout}; cells NVFP4 / MXFP4", ""]
     out += m_by_h(ms, hs, speed)
     out += ["", "against a copy of each call's own size (\"vs same\"):", ""]
-    out += m_by_h(ms, hs, vs_same, skip_empty_rows=True)
+    out += m_by_h(ms, hs, same, skip_empty_rows=True)
     return out
 
 
-def peers(run, peer, extra_runs):
+def speedup_text(s):
+    mark = "**" if s >= 1.2 else ""
+    # Three decimals where two would round across the 1.2x target (1.1989 is not 1.20).
+    shown = f"{s:.3f}" if s < 1.2 <= round(s, 2) else f"{s:.2f}"
+    return f"{mark}{shown}×{mark}"
+
+
+def ours_for_peers(runs):
+    """fp4norm's graph µs per (m, h, format): bf16, row-major, no y_out, first run first."""
     ours = {}
-    for r in [run] + extra_runs:
+    for r in runs:
         for row in r["rows"]:
             if row["dtype"] == "bf16" and row["layout"] == "row-major" and not row["y_out"]:
                 ours.setdefault((row["m"], row["h"], row["format"]), row["graph_us"])
+    return ours
+
+
+def peers(run, peer, extra_runs):
+    ours = ours_for_peers([run] + extra_runs)
     by = {(p["M"], p["H"], p["fmt"], p["impl"]): p["us"] for p in peer["rows"]}
     out = [f"Triton peer (its copy {peer['copy_gbps']:.0f} GB/s)", "",
            "| M × H | fmt | fp4norm µs | Triton µs | speed-up | torch.compile µs |",
@@ -96,11 +140,7 @@ def peers(run, peer, extra_runs):
             if o is None:
                 out.append(f"| {m} × {h} | {fmt} | (not in our runs) | {t:.2f} | - | {comp:.1f} |")
                 continue
-            s = t / o
-            mark = "**" if s >= 1.2 else ""
-            # Three decimals where two would round across the 1.2x target (1.1989 is not 1.20).
-            shown = f"{s:.3f}" if s < 1.2 <= round(s, 2) else f"{s:.2f}"
-            out.append(f"| {m} × {h} | {fmt} | {o:.2f} | {t:.2f} | {mark}{shown}×{mark} | {comp:.1f} |")
+            out.append(f"| {m} × {h} | {fmt} | {o:.2f} | {t:.2f} | {speedup_text(t / o)} | {comp:.1f} |")
     return out
 
 
@@ -132,19 +172,12 @@ def percent_list(run, what):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--main", required=True)
-    ap.add_argument("--peers")
-    ap.add_argument("--layouts")
-    ap.add_argument("--yout")
-    ap.add_argument("--extra", action="append", default=[])
-    a = ap.parse_args()
+def report_md(a):
     run = load(a.main)
     if not run.get("all_ok", True):
         print("WARNING: the main run has MISMATCH rows", file=sys.stderr)
     out = grid(run)
-    extra_runs = [load(p) for p in a.extra]
+    extra_runs = [load(p.split("@")[0]) for p in a.extra]
     extra = [load(p) for p in (a.layouts, a.yout) if p] + extra_runs
     if a.peers:
         out += [""] + peers(run, load(a.peers), extra)
@@ -154,7 +187,535 @@ def main():
         out += [""] + percent_list(load(a.yout), "y_out")
     for path, r in zip(a.extra, extra_runs):
         out += [""] + percent_list(r, path)
-    print("\n".join(out))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------
+# Page mode: BENCHMARKS.md's blocks and the CSV.
+
+class Run:
+    """One `fp4norm bench --json` file: its rows, copy figure, and where it came from."""
+
+    def __init__(self, data, source, section, commit):
+        self.data, self.source, self.section, self.commit = data, source, section, commit
+        self.copy = data["copy"]["gb_per_s"]
+        self.floor = data.get("launch_floor_us")
+        for r in data["rows"]:
+            r["_run"] = self
+
+    def pct(self, row):
+        return pct(self.data, row)
+
+
+def key(r):
+    return (r["m"], r["h"], r["dtype"], r["format"], r["layout"], r["y_out"])
+
+
+class Report:
+    """The files of one `gpu-check.sh report` run (a report.tgz or its report/ folder)."""
+
+    SECTIONS = ("main", "layouts", "yout", "h32768", "f16")
+
+    def __init__(self, path, commit):
+        self.files, self.mtime = {}, None
+        if os.path.isdir(path):
+            for name in os.listdir(path):
+                p = os.path.join(path, name)
+                with open(p, "rb") as f:
+                    self.files[name] = f.read()
+                self.mtime = max(self.mtime or 0, os.path.getmtime(p))
+            self.where = path
+        else:
+            with tarfile.open(path) as t:
+                for m in t.getmembers():
+                    if m.isfile():
+                        self.files[os.path.basename(m.name)] = t.extractfile(m).read()
+                        self.mtime = max(self.mtime or 0, m.mtime)
+            self.where = os.path.dirname(os.path.abspath(path))
+        self.runs = {}
+        for s in self.SECTIONS:
+            if f"{s}.json" in self.files:
+                self.runs[s] = Run(json.loads(self.files[f"{s}.json"]), f"report/{s}.json", s, commit)
+        if "main" not in self.runs:
+            sys.exit(f"{path}: no main.json (the report's main table)")
+        pb = self.files.get("peer_bench.json")
+        self.peer = json.loads(pb) if pb else None
+        self.pdl = parse_pdl(self.text("pdl.log"))
+        tests = re.findall(r"test result: \w+\. (\d+) passed; (\d+) failed.*finished in ([\d.]+)s",
+                           self.text("gpu-tests.log"))
+        self.tests = f"{tests[-1][0]} passed, {tests[-1][1]} failed ({float(tests[-1][2]):.0f} s)" if tests else None
+        # "[report] f16 skipped: deadline" -> "f16 (deadline)"
+        self.skipped = [re.sub(r"^\[report\] (.*) skipped: (.*)$", r"\1 (\2)", l.strip())
+                        for l in self.text("skipped.txt").splitlines() if l.strip()]
+
+    def text(self, name):
+        return self.files.get(name, b"").decode("utf-8", "replace")
+
+
+def parse_pdl(text):
+    rows = []
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 6 and f[0].isdigit() and f[2] in FORMATS:
+            rows.append(dict(m=int(f[0]), h=int(f[1]), format=f[2], no_pdl_us=float(f[3]),
+                             pdl_us=float(f[4]), gain=f[5]))
+    return rows
+
+
+class Page:
+    """Every row of the report and of the extra runs, and the tables built from them."""
+
+    def __init__(self, rep, extras, commit):
+        self.rep, self.commit = rep, commit
+        self.main = rep.runs["main"]
+        self.all_runs = list(rep.runs.values()) + extras
+        # The rows of the report's commit, by key: report first, then same-commit extras.
+        self.rows = {}
+        for run in self.all_runs:
+            if run.commit == commit:
+                for r in run.data["rows"]:
+                    self.rows.setdefault(key(r), r)
+        self.later = [run for run in extras if run.commit != commit]
+
+    def get(self, m, h, dt, f, layout="row-major", y_out=False):
+        return self.rows.get((m, h, dt, f, layout, y_out))
+
+    def pair(self, m, h, dt="bf16", layout="row-major", y_out=False):
+        rs = [self.get(m, h, dt, f, layout, y_out) for f in FORMATS]
+        return None if any(r is None for r in rs) else rs
+
+    def pct(self, r):
+        return r["_run"].pct(r)
+
+    # -- blocks ----------------------------------------------------------------------
+
+    def block_header(self, a):
+        m = self.main.data
+        copies = ", ".join(f"{run.section} {run.copy:.1f}" for run in self.rep.runs.values())
+        ok = all(run.data.get("all_ok", True) for run in self.all_runs)
+        lines = [
+            "| | |", "|---|---|",
+            f"| card | {m['device_description']} |",
+            f"| driver / CUDA | {a.driver or 'not recorded'} / {a.cuda or 'not recorded'} |",
+            f"| commit | {self.commit} |",
+            f"| date | {a.date} |",
+            f"| copy (same run, GB/s) | {copies} |",
+            f"| launch floor | {self.main.floor:.2f} µs (graph replay of a one-CTA kernel moving 16 bytes) |",
+            f"| GPU tests in the run | {self.rep.tests or 'not run'} |",
+            f"| byte check | {'every row matched the CPU reference' if ok else 'MISMATCH in some row: see the JSON'} |",
+        ]
+        if self.rep.skipped:
+            lines.append(f"| sections skipped | {'; '.join(self.rep.skipped)} |")
+        others = [f"`{run.source}` ({run.commit}, copy {run.copy:.1f})" for run in self.all_runs
+                  if not run.source.startswith("report/")]
+        if others:
+            lines.append(f"| other runs, same card (GB/s) | {', '.join(others)} |")
+        return lines
+
+    def block_latency(self):
+        floor = self.main.floor
+        hs = [h for h in HS if self.pair(1, h)]
+
+        def cell(m, h):
+            rs = self.pair(m, h)
+            return "-" if rs is None else " / ".join(f"{r['graph_us']:.2f}" for r in rs)
+
+        out = m_by_h([m for m in (1, 16, 128, 1024) if any(self.pair(m, h) for h in hs)], hs, cell)
+        small = [r for m in (1, 16) for h in hs if h <= 8192 for r in (self.pair(m, h) or [])]
+        if small:
+            lo, hi = min(r["graph_us"] for r in small), max(r["graph_us"] for r in small)
+            out += ["", f"M = 1 and 16, H ≤ 8192: {lo:.2f}–{hi:.2f} µs, {lo - floor:.2f}–{hi - floor:.2f} µs "
+                        f"above the launch floor of {floor:.2f} µs."]
+        return out
+
+    def bandwidth_grid(self, dt):
+        ms = [m for m in (1024, 2048, 4096, 8192, 16384) if any(self.pair(m, h, dt) for h in HS)]
+        hs = [h for h in HS if any(self.pair(m, h, dt) for m in ms)]
+
+        def cell(m, h):
+            rs = self.pair(m, h, dt)
+            return "-" if rs is None else " / ".join(f"{self.pct(r):.1f}" for r in rs)
+
+        return m_by_h(ms, hs, cell)
+
+    def block_bandwidth_bf16(self):
+        return self.bandwidth_grid("bf16")
+
+    def block_bandwidth_f16(self):
+        return self.bandwidth_grid("f16")
+
+    def block_layouts(self):
+        run = self.rep.runs.get("layouts")
+        if run is None:
+            return ["(no layouts section in this run)"]
+        rows = index(run.data)
+        out = ["| M × H | dtype | row-major µs (% of copy) | swizzled µs (extra) | both µs (extra) |",
+               "|---|---|---|---|---|"]
+        for m, h, dt in sorted({(k[0], k[1], k[2]) for k in rows}):
+            rm = [rows.get((m, h, dt, f, "row-major", False)) for f in FORMATS]
+            if None in rm:
+                continue
+
+            def extra(lay):
+                rs = [rows.get((m, h, dt, f, lay, False)) for f in FORMATS]
+                if None in rs:
+                    return "-"
+                return (" / ".join(f"{r['graph_us']:.2f}" for r in rs) + " (" +
+                        " / ".join(f"{100 * (r['graph_us'] / b['graph_us'] - 1):+.1f}" for r, b in zip(rs, rm)) + " %)")
+
+            out.append(f"| {m} × {h} | {dt} | " + " / ".join(f"{r['graph_us']:.2f}" for r in rm) + " (" +
+                       " / ".join(f"{run.pct(r):.1f}" for r in rm) + f" %) | {extra('swizzled')} | {extra('both')} |")
+        return out
+
+    def layout_extras(self):
+        """(m, h, format, extra swizzled, extra both) of the layouts run."""
+        run = self.rep.runs.get("layouts")
+        if run is None:
+            return []
+        rows, out = index(run.data), []
+        for (m, h, dt, f, lay, yo), rm in rows.items():
+            if lay != "row-major" or yo:
+                continue
+            for other in ("swizzled", "both"):
+                r = rows.get((m, h, dt, f, other, False))
+                if r is not None:
+                    out.append((m, h, f, other, 100 * (r["graph_us"] / rm["graph_us"] - 1)))
+        return out
+
+    def block_peers(self):
+        if self.rep.peer is None:
+            return ["(no Triton peer in this run)"]
+        ours = ours_for_peers([run.data for run in self.all_runs if run.commit == self.commit])
+        by = {(p["M"], p["H"], p["fmt"], p["impl"]): p for p in self.rep.peer["rows"]}
+        out = ["| M × H | fp4norm µs | Triton µs (% of its copy) | speed-up | torch.compile µs |",
+               "|---|---|---|---|---|"]
+        shapes = sorted({(m, h) for (m, h, _, impl) in by if impl == "triton"})
+        for m, h in shapes:
+            cells = [[], [], [], []]
+            for f in FORMATS:
+                p, c, o = by.get((m, h, f, "triton")), by.get((m, h, f, "compile")), ours.get((m, h, f))
+                cells[0].append("-" if o is None else f"{o:.2f}")
+                # (its share of the copy only where the call is large enough to mean something)
+                cells[1].append("-" if p is None else f"{p['us']:.2f}" + (f" ({p['pct_copy']:.0f} %)" if m * h >= SMALL else ""))
+                cells[2].append("-" if None in (o, p) else speedup_text(p["us"] / o))
+                cells[3].append("-" if c is None else f"{c['us']:.1f}")
+            out.append(f"| {m} × {h} | " + " | ".join(" / ".join(c) for c in cells) + " |")
+        return out
+
+    def speedups(self):
+        if self.rep.peer is None:
+            return []
+        ours = ours_for_peers([run.data for run in self.all_runs if run.commit == self.commit])
+        return [p["us"] / ours[(p["M"], p["H"], p["fmt"])] for p in self.rep.peer["rows"]
+                if p["impl"] == "triton" and (p["M"], p["H"], p["fmt"]) in ours]
+
+    def yout_pairs(self):
+        run = self.rep.runs.get("yout")
+        if run is None:
+            return []
+        out = []
+        for r in run.data["rows"]:
+            base = self.get(r["m"], r["h"], r["dtype"], r["format"], r["layout"], False)
+            if base is not None:
+                out.append((base, r))
+        return sorted(out, key=lambda p: (p[0]["m"], p[0]["h"], FORMATS.index(p[0]["format"])))
+
+    def block_yout(self):
+        pairs = self.yout_pairs()
+        if not pairs:
+            return ["(no y_out section in this run)"]
+        by = {}
+        for base, r in pairs:
+            by.setdefault((r["m"], r["h"]), []).append((base, r))
+        out = ["| M × H | without y_out µs (% of copy) | with y_out µs (% of copy) | time × | bytes × |",
+               "|---|---|---|---|---|"]
+        for (m, h), ps in sorted(by.items()):
+            without = " / ".join(f"{b['graph_us']:.2f}" for b, _ in ps)
+            without_pct = " / ".join(f"{self.pct(b):.1f}" for b, _ in ps)
+            with_ = " / ".join(f"{r['graph_us']:.2f}" for _, r in ps)
+            with_pct = " / ".join(f"{self.pct(r):.1f}" for _, r in ps)
+            time = " / ".join(f"{r['graph_us'] / b['graph_us']:.3f}" for b, r in ps)
+            nbytes = " / ".join(f"{r['bytes_moved'] / b['bytes_moved']:.3f}" for b, r in ps)
+            out.append(f"| {m} × {h} | {without} ({without_pct} %) | {with_} ({with_pct} %) | {time} | {nbytes} |")
+        return out
+
+    def block_pdl(self):
+        if not self.rep.pdl:
+            return ["(no PDL section in this run)"]
+        by = {}
+        for p in self.rep.pdl:
+            by.setdefault((p["m"], p["h"]), {})[p["format"]] = p
+        out = ["| M × H | no PDL µs per pair | PDL µs per pair | gain |", "|---|---|---|---|"]
+        for (m, h), ps in sorted(by.items()):
+            ps = [ps[f] for f in FORMATS if f in ps]
+            out.append(f"| {m} × {h} | " + " / ".join(f"{p['no_pdl_us']:.2f}" for p in ps) + " | " +
+                       " / ".join(f"{p['pdl_us']:.2f}" for p in ps) + " | " + " / ".join(p["gain"] for p in ps) + " |")
+        return out
+
+    def big_cells(self):
+        """Every (row, dtype) at M·H >= 2^25, row-major, of the report's commit."""
+        return sorted((r for k, r in self.rows.items()
+                       if k[0] * k[1] >= BIG and k[4] == "row-major" and not k[5]),
+                      key=lambda r: (r["dtype"], r["m"], r["h"], FORMATS.index(r["format"])))
+
+    def below_target(self, r):
+        # As shown: a figure counts as met when it reads 94.0 or more at one decimal.
+        return round(self.pct(r), 1) < TARGET_PCT
+
+    def block_misses(self):
+        """Shapes with a figure under the target: % of copy (and of a copy of the call's own
+        size) per dtype, NVFP4 / MXFP4."""
+        miss = {(r["m"], r["h"]) for r in self.big_cells() if self.below_target(r)}
+        if not miss:
+            return [f"(every cell of 2^25 elements or more at {TARGET_PCT:g} % of copy or above)"]
+        out = ["| M × H | bf16: % of copy (of own size) | f16: % of copy (of own size) |", "|---|---|---|"]
+        for m, h in sorted(miss):
+            cells = []
+            for dt in ("bf16", "f16"):
+                rs = self.pair(m, h, dt)
+                if rs is None:
+                    cells.append("-")
+                    continue
+                shown = []
+                for r in rs:
+                    t = f"{self.pct(r):.1f}"
+                    shown.append(f"**{t}**" if self.below_target(r) else t)
+                same = [vs_same(r) for r in rs]
+                cells.append(" / ".join(shown) + ("" if None in same else " (" + " / ".join(f"{v:.0f}" for v in same) + ")"))
+            out.append(f"| {m} × {h} | " + " | ".join(cells) + " |")
+        return out
+
+    def block_later(self):
+        if not self.later:
+            return ["(no run on a later commit)"]
+        out = ["| M × H | dtype | report µs (% of copy) | later µs (% of its copy) | commit |",
+               "|---|---|---|---|---|"]
+        for run in self.later:
+            rows = index(run.data)
+            for (m, h, dt, lay, yo) in sorted({(k[0], k[1], k[2], k[4], k[5]) for k in rows},
+                                              key=lambda k: (k[2], k[0], k[1], k[3], k[4])):
+                later = [rows.get((m, h, dt, f, lay, yo)) for f in FORMATS]
+                base = [self.rows.get((m, h, dt, f, lay, yo)) for f in FORMATS]
+                if None in later or None in base:
+                    continue  # (in the CSV: rows the report has no twin of)
+                fmt = lambda rs, pc: (" / ".join(f"{r['graph_us']:.2f}" for r in rs) + " (" +
+                                      " / ".join(f"{pc(r):.1f}" for r in rs) + " %)")
+                lay_note = "" if lay == "row-major" else f", {lay}"
+                out.append(f"| {m} × {h} | {dt}{lay_note} | {fmt(base, self.pct)} | {fmt(later, run.pct)} | {run.commit} |")
+        return out
+
+    def block_targets(self):
+        def rng(vals, fmt="{:.2f}"):
+            return "-" if not vals else f"{fmt.format(min(vals))}–{fmt.format(max(vals))}"
+
+        out = ["| target | measured | status |", "|---|---|---|"]
+        for dt in ("bf16", "f16"):
+            cells = [r for r in self.big_cells() if r["dtype"] == dt]
+            if cells:
+                p = [self.pct(r) for r in cells]
+                miss = sum(self.below_target(r) for r in cells)
+                out.append(f"| {dt}, M·H ≥ 2^25, row-major: ≥ {TARGET_PCT:g} % of copy | {rng(p, '{:.1f}')} % "
+                           f"({len(cells)} figures) | {'met' if not miss else f'missed in {miss} of {len(cells)}'} |")
+        small = [r for m in (1, 16) for h in HS if h <= 8192 for r in (self.pair(m, h) or [])]
+        if small:
+            t = [r["graph_us"] for r in small]
+            miss = sum(round(v, 2) > 2.0 for v in t)
+            out.append(f"| M = 1 … 16, H ≤ 8192: ≤ 2.0 µs | {rng(t)} µs ({len(t)} figures) | "
+                       f"{'met' if not miss else f'missed in {miss} of {len(t)}'} |")
+        for (m, h, limit) in ((128, 8192, 3.0), (1024, 4096, 8.5)):
+            rs = self.pair(m, h)
+            if rs:
+                t = [r["graph_us"] for r in rs]
+                out.append(f"| {m} × {h}: ≤ {limit:.1f} µs | {' / '.join(f'{v:.2f}' for v in t)} µs | "
+                           f"{'met' if round(max(t), 2) <= limit else 'missed'} |")
+        s = self.speedups()
+        if s:
+            miss = sum(round(v, 3) < 1.2 for v in s)
+            out.append(f"| ≥ 1.2× the Triton peer at every shape | {min(s):.2f}–{max(s):.2f}× ({len(s)} shapes) | "
+                       f"{'met' if not miss else f'missed in {miss} of {len(s)}'} |")
+        ex = self.layout_extras()
+        for label, sel in (("M ≥ 8192", lambda m: m >= 8192), ("M < 8192", lambda m: m < 8192)):
+            v = [e for (m, _, _, _, e) in ex if sel(m)]
+            if v:
+                within = sum(e <= 3.0 for e in v)
+                out.append(f"| swizzled / both within 3 % of row-major, {label} | +{min(v):.1f} … +{max(v):.1f} % | "
+                           f"{within} of {len(v)} within |")
+        pairs = self.yout_pairs()
+        if pairs:
+            d = [(r["graph_us"] / b["graph_us"]) / (r["bytes_moved"] / b["bytes_moved"]) for b, r in pairs
+                 if b["m"] * b["h"] >= BIG // 2]
+            if d:
+                out.append(f"| `y_out` costs its bytes, no more: time ratio within 2 % of the byte ratio "
+                           f"(M·H ≥ 2^24) | time ratio / byte ratio {min(d):.3f}–{max(d):.3f} | "
+                           f"{'met' if max(d) <= 1.02 else 'missed'} |")
+        if self.rep.pdl:
+            g = [float(p["gain"].rstrip("%")) for p in self.rep.pdl]
+            out.append(f"| PDL on a \"previous kernel → fp4norm\" chain | {min(g):.1f}–{max(g):.1f} % per pair | shown |")
+        return out
+
+    # -- CSV -------------------------------------------------------------------------
+
+    def csv_rows(self, card, driver, date):
+        base = dict(card=card, driver=driver or "", date=date)
+        for run in self.all_runs:
+            for r in run.data["rows"]:
+                yield dict(base, commit=run.commit, section=run.section, source=run.source, impl="fp4norm",
+                           m=r["m"], h=r["h"], dtype=r["dtype"], format=r["format"], layout=r["layout"],
+                           residual=r["residual"], y_out=r["y_out"], bytes_moved=r["bytes_moved"],
+                           eager_us=f"{r['median_us']:.3f}", graph_us=f"{r['graph_us']:.3f}",
+                           graph_gb_per_s=f"{r['graph_gb_per_s']:.1f}", pct_of_copy=f"{run.pct(r):.2f}",
+                           copy_gb_per_s=f"{run.copy:.1f}",
+                           pct_of_same_size_copy="" if vs_same(r) is None else f"{vs_same(r):.1f}",
+                           check=r["check"], rows_checked=r["rows_checked"], note="")
+        if self.rep.peer:
+            for p in self.rep.peer["rows"]:
+                block = 16 if p["fmt"] == "nvfp4" else 32
+                yield dict(base, commit=self.commit, section="peers", source="report/peer_bench.json",
+                           impl=p["impl"], m=p["M"], h=p["H"], dtype="bf16", format=p["fmt"], layout="row-major",
+                           residual=True, y_out=False,
+                           bytes_moved=p["M"] * p["H"] * 6 + p["H"] * 2 + p["M"] * p["H"] // 2 + p["M"] * p["H"] // block,
+                           eager_us="", graph_us=f"{p['us']:.3f}", graph_gb_per_s=f"{p['gbps']:.1f}",
+                           pct_of_copy=f"{p['pct_copy']:.2f}", copy_gb_per_s=f"{self.rep.peer['copy_gbps']:.1f}",
+                           pct_of_same_size_copy="", check="", rows_checked="",
+                           note="triton_peer.py: do_bench_cudagraph median, its own copy")
+        for p in self.rep.pdl:
+            for impl, us in (("fp4norm, no PDL", p["no_pdl_us"]), ("fp4norm, PDL", p["pdl_us"])):
+                yield dict(base, commit=self.commit, section="pdl", source="report/pdl.log", impl=impl,
+                           m=p["m"], h=p["h"], dtype="bf16", format=p["format"], layout="row-major",
+                           residual=True, y_out=False, bytes_moved="", eager_us="", graph_us=f"{us:.2f}",
+                           graph_gb_per_s="", pct_of_copy="", copy_gb_per_s="", pct_of_same_size_copy="",
+                           check="", rows_checked="", note="µs per pair (1 MiB copy -> fp4norm) in a CUDA graph")
+
+
+CSV_FIELDS = ["card", "driver", "commit", "date", "section", "source", "impl", "m", "h", "dtype", "format",
+              "layout", "residual", "y_out", "bytes_moved", "eager_us", "graph_us", "graph_gb_per_s",
+              "pct_of_copy", "copy_gb_per_s", "pct_of_same_size_copy", "check", "rows_checked", "note"]
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def cpu_block(run):
+    rows = index(run.data)
+    out = ["| M × H | dtype | layout | NVFP4 µs (GB/s, % of copy) | MXFP4 µs (GB/s, % of copy) |",
+           "|---|---|---|---|---|"]
+    for (m, h, dt, lay, yo) in sorted({(k[0], k[1], k[2], k[4], k[5]) for k in rows}):
+        cells = []
+        for f in FORMATS:
+            r = rows.get((m, h, dt, f, lay, yo))
+            cells.append("-" if r is None else f"{r['median_us']:.0f} ({r['gb_per_s']:.1f}, {100 * r['vs_copy']:.0f} %)")
+        out.append(f"| {m} × {h} | {dt} | {lay}{', y_out' if yo else ''} | " + " | ".join(cells) + " |")
+    return out
+
+
+def cpu_csv_rows(run, machine, date):
+    for r in run.data["rows"]:
+        yield dict(card=machine, driver="", date=date, commit=run.commit, section="cpu", source=run.source,
+                   impl="fp4norm", m=r["m"], h=r["h"], dtype=r["dtype"], format=r["format"], layout=r["layout"],
+                   residual=r["residual"], y_out=r["y_out"], bytes_moved=r["bytes_moved"],
+                   eager_us=f"{r['median_us']:.3f}", graph_us="", graph_gb_per_s="",
+                   pct_of_copy=f"{100 * r['vs_copy']:.2f}", copy_gb_per_s=f"{run.copy:.1f}",
+                   pct_of_same_size_copy="", check=r["check"], rows_checked=r["rows_checked"],
+                   note="wall clock, median of the timed calls")
+
+
+def split_commit(arg, default):
+    path, _, commit = arg.partition("@")
+    return path, commit or default
+
+
+def update(page_path, blocks):
+    text = open(page_path).read()
+    for name, lines in blocks.items():
+        pat = re.compile(rf"(<!-- BEGIN bench-tables: {re.escape(name)} -->\n).*?(<!-- END bench-tables: {re.escape(name)} -->)",
+                         re.S)
+        if not pat.search(text):
+            print(f"{page_path}: no block named {name}; left out", file=sys.stderr)
+            continue
+        text = pat.sub(lambda m: m.group(1) + "\n".join(lines) + "\n" + m.group(2), text)
+    with open(page_path, "w") as f:
+        f.write(text)
+
+
+def page_mode(a):
+    if not a.commit:
+        sys.exit("--report needs --commit (the commit the run measured)")
+    rep = Report(a.report, a.commit)
+    if not a.date:
+        a.date = datetime.datetime.fromtimestamp(rep.mtime, datetime.timezone.utc).strftime("%Y-%m-%d")
+    if not a.driver:
+        gpu_txt = a.gpu_txt or os.path.join(rep.where, "gpu.txt")
+        if os.path.exists(gpu_txt):
+            lines = open(gpu_txt).read().splitlines()
+            if len(lines) > 1:
+                a.driver = lines[1].split(",")[1].strip()
+    extras = []
+    for arg in a.extra:
+        path, commit = split_commit(arg, a.commit)
+        extras.append(Run(load(path), os.path.basename(path), "extra", commit))
+    page = Page(rep, extras, a.commit)
+    blocks = {
+        "header": page.block_header(a),
+        "latency": page.block_latency(),
+        "bandwidth-bf16": page.block_bandwidth_bf16(),
+        "bandwidth-f16": page.block_bandwidth_f16(),
+        "layouts": page.block_layouts(),
+        "peers": page.block_peers(),
+        "yout": page.block_yout(),
+        "pdl": page.block_pdl(),
+        "targets": page.block_targets(),
+        "misses": page.block_misses(),
+        "later": page.block_later(),
+    }
+    card = page.main.data["device_description"]
+    if a.csv:
+        write_csv(a.csv, page.csv_rows(card, a.driver, a.date))
+    if a.cpu:
+        path, commit = split_commit(a.cpu, a.commit)
+        cpu = Run(load(path), os.path.basename(path), "cpu", commit)
+        blocks["cpu"] = ([f"{a.cpu_machine or cpu.data['device_description']}, commit {commit}, "
+                          f"copy {cpu.copy:.1f} GB/s ({cpu.data['clock']})", ""] + cpu_block(cpu))
+        if a.cpu_csv:
+            write_csv(a.cpu_csv, cpu_csv_rows(cpu, a.cpu_machine or cpu.data["device_description"],
+                                              a.cpu_date or a.date))
+    if a.update:
+        update(a.update, blocks)
+    else:
+        for name, lines in blocks.items():
+            print(f"<!-- BEGIN bench-tables: {name} -->\n" + "\n".join(lines) + f"\n<!-- END bench-tables: {name} -->\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--report", help="report.tgz (or its report/ folder): page mode")
+    ap.add_argument("--commit", help="the commit the report run measured")
+    ap.add_argument("--date", help="the run's date (default: the files' modification date, UTC)")
+    ap.add_argument("--driver", help="NVIDIA driver version (default: gpu.txt next to the report, if any)")
+    ap.add_argument("--gpu-txt", help="nvidia-smi CSV of the run (gpu-check.sh writes gpu.txt)")
+    ap.add_argument("--cuda", help="CUDA / NVRTC versions of the run")
+    ap.add_argument("--csv", help="write every row of the run to this CSV")
+    ap.add_argument("--cpu", help="fp4norm bench --device cpu --json file [@COMMIT]")
+    ap.add_argument("--cpu-machine", help="the CPU machine, in words")
+    ap.add_argument("--cpu-date", help="the CPU run's date (default: --date)")
+    ap.add_argument("--cpu-csv", help="write the CPU run's rows to this CSV")
+    ap.add_argument("--update", help="the page whose bench-tables blocks are replaced")
+    ap.add_argument("--main", help="report mode: the main table run")
+    ap.add_argument("--peers")
+    ap.add_argument("--layouts")
+    ap.add_argument("--yout")
+    ap.add_argument("--extra", action="append", default=[])
+    a = ap.parse_args()
+    if a.report:
+        page_mode(a)
+    elif a.main:
+        print(report_md(a))
+    else:
+        ap.error("give --report (page mode) or --main (report mode)")
 
 
 if __name__ == "__main__":
