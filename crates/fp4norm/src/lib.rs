@@ -14,7 +14,7 @@
 //! * `cuda` — the GPU backend (feature `cuda`, on by default; no CUDA needed to build).
 //! * [`codec`], [`layout`] — the number formats and scale layouts every backend shares.
 //! * [`sumsq`] — the row's sum of squares and rstd: the exact sum rounded once, which every
-//!   backend reaches (SPEC.md leaves the order free; this is the one order-free value).
+//!   backend reaches from its own fast sum (SPEC.md §1.2).
 //!
 //! ```
 //! use fp4norm::{add_rmsnorm_fp4quant, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem, ScaleOut};

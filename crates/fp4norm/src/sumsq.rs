@@ -1,17 +1,13 @@
 //! SPEC.md §1 steps 2–3: a row's sum of squares and its `rstd`, the same for every
 //! summation order.
 //!
-//! SPEC.md §1.2 reads `ss = Σ f64(h_i)²` with "the summation order free". Each square is
-//! exact in f64, but their sum is not in general (bf16 squares span 2^-266 … 2^256), so
-//! different orders can give different `ss` and, rarely, a different f32 `rstd`: on the
-//! row of `scripts/order-case.py` the CPU's element order gives block scale 0x39 and an
-//! H200's reduction tree 0x38. Every backend would then be "to spec" and still disagree,
-//! and one GPU would disagree with itself between batch sizes (the launch shape, hence
-//! the tree, depends on M).
-//!
-//! fp4norm takes the one reading under which the order really is free: **`ss` is the
-//! exact sum of the squares, rounded once to f64** (round to nearest even), i.e. the
-//! value every order would give if f64 addition were exact. Computing it exactly for
+//! SPEC.md §1.2: `ss` is **the exact sum of the squares, rounded once to f64** (round to
+//! nearest even). Each square is exact in f64, but an f64 sum of them is not in general
+//! (bf16 squares span 2^-266 … 2^256), so two summation orders can give different sums
+//! and, rarely, a different f32 `rstd`: on the row of `scripts/order-case.py` the CPU's
+//! element order gives block scale 0x39, an H200's reduction tree and the exact sum 0x38.
+//! The exact sum is the one value independent of the order (and of the launch shape, which
+//! picks a GPU's reduction tree). Computing it exactly for
 //! every row would cost far more than the op, so each backend sums in its own order
 //! with a proven error bound and keeps that sum whenever it provably gives the same f32
 //! `rstd` ([`rstd_if_decided`]); only the rare rows whose `rstd` lies within that bound

@@ -383,8 +383,8 @@ fn model(
                 xi
             };
         }
-        // 2.–3. ss = the exact sum of the squares rounded once (src/sumsq.rs's reading of
-        // SPEC.md's free order), here by Shewchuk's algorithm (fsum_model) rather than the
+        // 2.–3. ss = the exact sum of the squares rounded once (SPEC.md §1.2), here by
+        // Shewchuk's algorithm (fsum_model) rather than the
         // crate's integer limbs; rstd = RN32(1/sqrt(ss/H + eps)).
         let ss = fsum_model(hv.iter().map(|&v| dt.to_f32(v) as f64).map(|v| v * v));
         let rstd = (1.0 / (ss / h as f64 + c.eps as f64).sqrt()) as f32;

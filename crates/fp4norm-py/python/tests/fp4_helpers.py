@@ -60,8 +60,8 @@ def spec_y(h: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """SPEC.md §1 steps 2-4 in f32 (y before rounding to the dtype); rows of h are the
     last axis."""
     h2 = h.reshape(-1, h.shape[-1])
-    # The exact sum of the squares rounded once (fp4norm's reading of SPEC.md's free
-    # order): math.fsum is correctly rounded; np.sum's pairwise order is not.
+    # The exact sum of the squares rounded once (SPEC.md §1.2): math.fsum is correctly
+    # rounded; np.sum's pairwise order is not.
     ss = np.array([math.fsum(row) for row in h2.astype(np.float64) ** 2], dtype=np.float64)
     rstd = (1.0 / np.sqrt(ss / h2.shape[1] + np.float64(np.float32(eps)))).astype(np.float32)
     y = (h2.astype(np.float32) * rstd[:, None]).astype(np.float32) * w.astype(np.float32)

@@ -89,8 +89,8 @@ def test_hand_values_global_scale_and_mxfp4():
 
 
 def test_sum_of_squares_order_case():
-    """SPEC.md leaves the order of the f64 sum of squares free; fp4norm takes the exact sum
-    rounded once (crates/fp4norm/src/sumsq.rs). On this row (scripts/order-case.py) the
+    """SPEC.md §1.2: the f64 sum of squares is the exact sum rounded once, whatever the
+    order a backend adds in (crates/fp4norm/src/sumsq.rs). On this row (scripts/order-case.py) the
     element-order f64 sum gives one f32 ulp more rstd than the exact sum; worked out with
     Python's math.fsum: exact rstd 3.725231456641609e-09, y_0 = RN32(2^34 rstd) =
     63.99898910522461, RN32(gs y_0) = 6.375, s = RN32(6.375 / 6) = 1.0625: the E4M3 tie

@@ -48,12 +48,10 @@ def same(a, b):
 
 
 def same_values(a, b):
-    """float32 results: identical bits, except that NaNs only need to be NaN on both
-    sides (SPEC.md leaves the NaN payload of dequantised values open: the CPU keeps the
-    operand's NaN, the GPU writes its canonical NaN)."""
+    """float32 results: identical bits, NaNs included (SPEC.md §4: a NaN is written as
+    0x7FFFFFFF on every backend)."""
     a, b = a.reshape(-1).cpu(), b.reshape(-1).cpu()
-    na, nb = torch.isnan(a), torch.isnan(b)
-    return torch.equal(na, nb) and torch.equal(a[~na].view(torch.int32), b[~nb].view(torch.int32))
+    return torch.equal(a.view(torch.int32), b.view(torch.int32))
 
 
 def gpu_copy(t):
