@@ -52,23 +52,6 @@ pub struct VerifyArgs {
     verbose: bool,
 }
 
-const FORMATS: [Fp4Format; 4] = [
-    Fp4Format::NVFP4,
-    Fp4Format::MXFP4,
-    Fp4Format {
-        block: fp4norm::BlockSize::B16,
-        scale: fp4norm::ScaleFormat::UE8M0,
-    },
-    Fp4Format {
-        block: fp4norm::BlockSize::B32,
-        scale: fp4norm::ScaleFormat::E4M3,
-    },
-];
-const LAYOUTS: [ScaleLayout; 3] = [
-    ScaleLayout::RowMajor,
-    ScaleLayout::Swizzled,
-    ScaleLayout::Both,
-];
 const DTYPES: [DType; 2] = [DType::BF16, DType::F16];
 
 struct Group {
@@ -401,8 +384,8 @@ fn per_row_gs(rng: &mut StdRng, m: usize) -> Gs {
 fn formats_layouts(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let ms = [1, 7, 127, 129, 130, 257];
     let mut v = Vec::new();
-    for f in FORMATS {
-        for layout in LAYOUTS {
+    for f in Fp4Format::ALL {
+        for layout in ScaleLayout::ALL {
             for dtype in DTYPES {
                 for residual in [true, false] {
                     for y_out in [false, true] {
@@ -430,7 +413,7 @@ fn formats_layouts(rng: &mut StdRng, _: usize) -> Vec<Case> {
 fn odd_m(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let mut v = Vec::new();
     for m in [0, 1, 2, 7, 31, 32, 33, 127, 128, 129, 255, 256, 257, 300] {
-        for layout in LAYOUTS {
+        for layout in ScaleLayout::ALL {
             for f in [Fp4Format::NVFP4, Fp4Format::MXFP4] {
                 // 1, 5 and 8 blocks per row: a partial and whole 4-block swizzle column.
                 let nb = [1, 5, 8][v.len() % 3];
@@ -447,8 +430,8 @@ fn odd_m(rng: &mut StdRng, _: usize) -> Vec<Case> {
 fn special_values(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let (m, h) = (24, 256);
     let mut v = Vec::new();
-    for f in FORMATS {
-        for layout in LAYOUTS {
+    for f in Fp4Format::ALL {
+        for layout in ScaleLayout::ALL {
             for dtype in DTYPES {
                 for eps in [1e-6f32, 0.0] {
                     let residual = v.len() % 2 == 0;
@@ -536,10 +519,10 @@ fn special_values(rng: &mut StdRng, _: usize) -> Vec<Case> {
 fn subnormals(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let (m, h) = (33, 512);
     let mut v = Vec::new();
-    for f in FORMATS {
+    for f in Fp4Format::ALL {
         for dtype in DTYPES {
             for eps in [0.0f32, 1e-40, 1e-30, 1e-6] {
-                let layout = LAYOUTS[v.len() % 3];
+                let layout = ScaleLayout::ALL[v.len() % 3];
                 let mut c = rand_case(rng, m, h, dtype, layout, f);
                 c.opts = c.opts.with_eps(eps);
                 let s = sp(dtype);
@@ -596,10 +579,10 @@ fn ties(rng: &mut StdRng, _: usize) -> Vec<Case> {
         0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
     ];
     let mut v = Vec::new();
-    for f in FORMATS {
+    for f in Fp4Format::ALL {
         for dtype in DTYPES {
             for gs_kind in 0..3 {
-                let layout = LAYOUTS[v.len() % 3];
+                let layout = ScaleLayout::ALL[v.len() % 3];
                 let residual = v.len() % 4 != 1;
                 let mut c = rand_case(rng, m, h, dtype, layout, f);
                 c.opts = c.opts.with_eps(0.0);
@@ -692,10 +675,10 @@ fn ties(rng: &mut StdRng, _: usize) -> Vec<Case> {
 fn huge(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let (m, h) = (20, 128);
     let mut v = Vec::new();
-    for f in FORMATS {
+    for f in Fp4Format::ALL {
         for dtype in DTYPES {
             for gs in [1.0f32, 1e30, f32::MAX, 1e-30, 1e-45] {
-                let layout = LAYOUTS[v.len() % 3];
+                let layout = ScaleLayout::ALL[v.len() % 3];
                 let mut c = rand_case(rng, m, h, dtype, layout, f);
                 let s = sp(dtype);
                 let r = c.residual.as_mut().expect("random cases have a residual");
@@ -744,7 +727,7 @@ fn eps(rng: &mut StdRng, _: usize) -> Vec<Case> {
     for f in [Fp4Format::NVFP4, Fp4Format::MXFP4] {
         for dtype in DTYPES {
             for e in [0.0f32, 1e-45, 1e-6, 1.0, 1e30, f32::MAX] {
-                let mut c = rand_case(rng, m, h, dtype, LAYOUTS[v.len() % 3], f);
+                let mut c = rand_case(rng, m, h, dtype, ScaleLayout::ALL[v.len() % 3], f);
                 c.opts = c.opts.with_eps(e);
                 let r = c.residual.as_mut().expect("random cases have a residual");
                 c.x[0..h].fill(0); // a zero row
@@ -780,11 +763,11 @@ fn global_scale(rng: &mut StdRng, _: usize) -> Vec<Case> {
         3.0,
     ];
     let mut v = Vec::new();
-    for f in FORMATS {
+    for f in Fp4Format::ALL {
         for dtype in DTYPES {
             for kind in 0..5 {
                 let h = f.block_size() * 6;
-                let mut c = rand_case(rng, m, h, dtype, LAYOUTS[v.len() % 3], f);
+                let mut c = rand_case(rng, m, h, dtype, ScaleLayout::ALL[v.len() % 3], f);
                 c.gs = match kind {
                     0 => Gs::PerRow((0..m).map(|i| specials[i % specials.len()]).collect()),
                     1 => Gs::Uniform(0.0),
@@ -807,7 +790,7 @@ fn strided_rows(rng: &mut StdRng, _: usize) -> Vec<Case> {
             let f = [Fp4Format::NVFP4, Fp4Format::MXFP4][v.len() % 2];
             let dtype = DTYPES[(v.len() / 2) % 2];
             let h = f.block_size() * rng.random_range(1..=12);
-            let c = rand_case(rng, m, h, dtype, LAYOUTS[v.len() % 3], f);
+            let c = rand_case(rng, m, h, dtype, ScaleLayout::ALL[v.len() % 3], f);
             let pad = if pad == 0 { h } else { pad }; // 0 stands for stride 2H
             let mut c = with_stride(c, h + pad, rng);
             c.y_out = v.len() % 3 != 2;
@@ -823,7 +806,7 @@ fn strided_rows(rng: &mut StdRng, _: usize) -> Vec<Case> {
 fn narrow_wide(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let mut v = Vec::new();
     for h in [16usize, 32, 48, 96, 16384, 32768] {
-        for f in FORMATS {
+        for f in Fp4Format::ALL {
             if h % f.block_size() != 0 {
                 continue;
             }
@@ -832,7 +815,7 @@ fn narrow_wide(rng: &mut StdRng, _: usize) -> Vec<Case> {
                     continue;
                 }
                 let dtype = DTYPES[v.len() % 2];
-                let mut c = rand_case(rng, m, h, dtype, LAYOUTS[v.len() % 3], f);
+                let mut c = rand_case(rng, m, h, dtype, ScaleLayout::ALL[v.len() % 3], f);
                 c.y_out = v.len() % 2 == 1;
                 v.push(c);
             }
@@ -844,9 +827,9 @@ fn narrow_wide(rng: &mut StdRng, _: usize) -> Vec<Case> {
 fn random_cases(rng: &mut StdRng, n: usize) -> Vec<Case> {
     (0..n)
         .map(|_| {
-            let f = pick(rng, &FORMATS);
+            let f = pick(rng, &Fp4Format::ALL);
             let dtype = pick(rng, &DTYPES);
-            let layout = pick(rng, &LAYOUTS);
+            let layout = pick(rng, &ScaleLayout::ALL);
             let m = match rng.random_range(0..10) {
                 0 => 0,
                 1..=3 => rng.random_range(1..8),
@@ -905,7 +888,7 @@ fn random_cases(rng: &mut StdRng, n: usize) -> Vec<Case> {
 fn bad_input(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let mut v = Vec::new();
     for dtype in DTYPES {
-        for layout in LAYOUTS {
+        for layout in ScaleLayout::ALL {
             let base =
                 |rng: &mut StdRng, f: Fp4Format, h: usize| rand_case(rng, 5, h, dtype, layout, f);
             let mut c = base(rng, Fp4Format::NVFP4, 24);

@@ -205,6 +205,21 @@ impl Fp4Format {
         scale: ScaleFormat::UE8M0,
     };
 
+    /// Every block size and scale format pairing: NVFP4, MXFP4, then the mixed pairings
+    /// (16-element blocks with UE8M0 scales, 32-element blocks with E4M3 scales).
+    pub const ALL: [Fp4Format; 4] = [
+        Fp4Format::NVFP4,
+        Fp4Format::MXFP4,
+        Fp4Format {
+            block: BlockSize::B16,
+            scale: ScaleFormat::UE8M0,
+        },
+        Fp4Format {
+            block: BlockSize::B32,
+            scale: ScaleFormat::E4M3,
+        },
+    ];
+
     /// A format from its parts.
     pub fn new(block: BlockSize, scale: ScaleFormat) -> Self {
         Fp4Format { block, scale }

@@ -14,6 +14,13 @@ pub enum ScaleLayout {
 }
 
 impl ScaleLayout {
+    /// Every layout: row-major, swizzled, both.
+    pub const ALL: [ScaleLayout; 3] = [
+        ScaleLayout::RowMajor,
+        ScaleLayout::Swizzled,
+        ScaleLayout::Both,
+    ];
+
     /// Whether the row-major buffer is written.
     pub fn has_row_major(self) -> bool {
         matches!(self, ScaleLayout::RowMajor | ScaleLayout::Both)

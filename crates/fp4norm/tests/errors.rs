@@ -1,203 +1,115 @@
-//! SPEC.md §5: every violation the host API can express is an error, returned before
-//! anything is written. One test per rule; each asserts the exact `Error` variant (with
-//! its fields) through `reference`, `cpu` and the root re-exports, and that every output
-//! buffer and the residual are byte-for-byte unchanged.
+//! SPEC.md §5: every violation is an error, returned before anything is written. One
+//! function per rule, run by `backend_tests!` on every front a user reaches (the scalar
+//! reference, the CPU backend and its root re-exports, the raw host entry of the Python
+//! binding and PyTorch operators, the CUDA raw entry); each asserts the exact `Error`
+//! variant (with its fields) and that every output buffer and the residual are byte for
+//! byte unchanged. Rules only the raw entries can meet (aliasing, null and misaligned
+//! pointers, memory of another device) run on those.
 //!
-//! Not reachable through the host API (so not tested here): dtype mismatch between x, r,
-//! w, y_out (one generic `T: Element` for all of them), overlapping buffers (the borrow
-//! checker forbids `&` and `&mut` to the same memory), devices and alignment (CUDA only).
+//! Not reachable through the host API: dtype mismatch between x, r, w, y_out (one generic
+//! `T: Element` for all of them); on the raw entries it is one `dtype` field.
 
+mod backends;
 mod common;
 
+use backends::{Backend, Buffers, Gs, Mat};
 use fp4norm::layout::{row_major_len, swizzled_len};
 use fp4norm::{
-    bf16, cpu, dequantize, reference, BlockSize, DType, Error, Fp4Format, Fp4Out, GlobalScale,
-    MatMut, MatRef, Options, Problem, ScaleFormat, ScaleIn, ScaleLayout, ScaleOut,
+    bf16, dequantize, BlockSize, DType, Error, Fp4Format, GlobalScale, MatMut, MatRef, Options,
+    Problem, ScaleFormat, ScaleIn, ScaleLayout,
 };
 
-#[derive(Clone, Copy, Debug)]
-enum Path {
-    Reference,
-    Cpu,
-    Root,
-}
-const PATHS: [Path; 3] = [Path::Reference, Path::Cpu, Path::Root];
+/// One call's buffers, valid unless a test breaks one of them.
+type Setup = Buffers<bf16>;
 
-/// A matrix argument: buffer, rows, cols, row stride.
-#[derive(Clone, Debug)]
-struct Mat {
-    data: Vec<bf16>,
-    rows: usize,
-    cols: usize,
-    stride: usize,
-}
-
-impl Mat {
-    fn filled(rows: usize, cols: usize, bits: u16) -> Self {
-        Mat {
-            data: vec![bf16::from_bits(bits); rows * cols],
-            rows,
-            cols,
-            stride: cols,
-        }
+/// Valid buffers for `m × h`, sized from the SPEC.md formulas (not from `Problem`).
+/// Inputs hold ordinary values; outputs hold sentinels that no correct call leaves.
+fn valid(m: usize, h: usize, format: Fp4Format, layout: ScaleLayout) -> Setup {
+    let b = format.block_size();
+    let nb = h / b;
+    let mut x = Mat::filled(m, h, 0x3FC0); // 1.5
+    for (i, v) in x.data.iter_mut().enumerate() {
+        *v = bf16::from_f32((i % 13) as f32 - 6.0);
+    }
+    Buffers {
+        x,
+        residual: Some(Mat::filled(m, h, 0x3F00)), // 0.5
+        w: vec![bf16::from_bits(0x3F80); h],       // 1.0
+        q: vec![0xA5; m * h / 2],
+        layout,
+        rm: if layout.has_row_major() {
+            vec![0xA5; m * nb]
+        } else {
+            vec![]
+        },
+        sw: if layout.has_swizzled() {
+            vec![0xA5; common::spec_swizzled_len(m, nb)]
+        } else {
+            vec![]
+        },
+        y_out: Some(Mat::filled(m, h, 0x5555)),
+        gs: Gs::Uniform(1.0),
+        opts: Options::default().with_format(format),
     }
 }
 
-/// One call's arguments, valid unless a test breaks one of them.
-#[derive(Clone, Debug)]
-struct Setup {
-    x: Mat,
-    residual: Option<Mat>,
-    w: Vec<bf16>,
-    q: Vec<u8>,
-    layout: ScaleLayout,
-    rm: Vec<u8>,
-    sw: Vec<u8>,
-    y_out: Option<Mat>,
-    gs: Option<Vec<f32>>,
-    opts: Options,
+fn nvfp4() -> Setup {
+    valid(3, 64, Fp4Format::NVFP4, ScaleLayout::Both)
 }
 
-impl Setup {
-    /// Valid buffers for `m × h`, sized from the SPEC.md formulas (not from `Problem`).
-    /// Inputs hold ordinary values; outputs hold sentinels that no correct call leaves.
-    fn valid(m: usize, h: usize, format: Fp4Format, layout: ScaleLayout) -> Self {
-        let b = format.block_size();
-        let nb = h / b;
-        let mut x = Mat::filled(m, h, 0x3FC0); // 1.5
-        for (i, v) in x.data.iter_mut().enumerate() {
-            *v = bf16::from_f32((i % 13) as f32 - 6.0);
+/// Every byte a call could write (and the inputs too), for before/after comparison.
+fn snapshot(s: &Setup) -> Vec<u8> {
+    let mut v = Vec::new();
+    let mut mat = |m: Option<&Mat<bf16>>| {
+        if let Some(m) = m {
+            v.extend(m.data.iter().flat_map(|e| e.to_bits().to_le_bytes()));
         }
-        Setup {
-            x,
-            residual: Some(Mat::filled(m, h, 0x3F00)), // 0.5
-            w: vec![bf16::from_bits(0x3F80); h],       // 1.0
-            q: vec![0xA5; m * h / 2],
-            layout,
-            rm: if layout.has_row_major() {
-                vec![0xA5; m * nb]
-            } else {
-                vec![]
-            },
-            sw: if layout.has_swizzled() {
-                vec![0xA5; common::spec_swizzled_len(m, nb)]
-            } else {
-                vec![]
-            },
-            y_out: Some(Mat::filled(m, h, 0x5555)),
-            gs: None,
-            opts: Options::default().with_format(format),
-        }
-    }
+    };
+    mat(Some(&s.x));
+    mat(s.residual.as_ref());
+    mat(s.y_out.as_ref());
+    v.extend(s.w.iter().flat_map(|e| e.to_bits().to_le_bytes()));
+    v.extend(&s.q);
+    v.extend(&s.rm);
+    v.extend(&s.sw);
+    v
+}
 
-    fn nvfp4() -> Self {
-        Self::valid(3, 64, Fp4Format::NVFP4, ScaleLayout::Both)
-    }
+/// The call fails on `backend` with an error `pred` accepts, and writes nothing. Returns
+/// the error for further checks.
+fn expect_err(s: &Setup, backend: Backend, what: &str, pred: impl Fn(&Error) -> bool) -> Error {
+    expect_err_edited(s, backend, what, |_| {}, pred)
+}
 
-    fn call(&mut self, path: Path) -> Result<(), Error> {
-        let Setup {
-            x,
-            residual,
-            w,
-            q,
-            layout,
-            rm,
-            sw,
-            y_out,
-            gs,
-            opts,
-        } = self;
-        let scales = match layout {
-            ScaleLayout::RowMajor => ScaleOut::RowMajor(&mut rm[..]),
-            ScaleLayout::Swizzled => ScaleOut::Swizzled(&mut sw[..]),
-            ScaleLayout::Both => ScaleOut::Both {
-                row_major: &mut rm[..],
-                swizzled: &mut sw[..],
-            },
-        };
-        let y_out = match y_out {
-            Some(y) => {
-                Some(MatMut::with_stride(&mut y.data, y.rows, y.cols, y.stride).expect("test view"))
-            }
-            None => None,
-        };
-        let out = Fp4Out {
-            y_fp4: &mut q[..],
-            scales,
-            y_out,
-        };
-        let gs = match gs {
-            Some(g) => GlobalScale::PerRow(g),
-            None => GlobalScale::Uniform(1.0),
-        };
-        let xv = MatRef::with_stride(&x.data, x.rows, x.cols, x.stride).expect("test view");
-        match residual {
-            Some(r) => {
-                let rv =
-                    MatMut::with_stride(&mut r.data, r.rows, r.cols, r.stride).expect("test view");
-                match path {
-                    Path::Reference => reference::add_rmsnorm_fp4quant(xv, rv, w, out, gs, opts),
-                    Path::Cpu => cpu::add_rmsnorm_fp4quant(xv, rv, w, out, gs, opts),
-                    Path::Root => fp4norm::add_rmsnorm_fp4quant(xv, rv, w, out, gs, opts),
-                }
-            }
-            None => match path {
-                Path::Reference => reference::rmsnorm_fp4quant(xv, w, out, gs, opts),
-                Path::Cpu => cpu::rmsnorm_fp4quant(xv, w, out, gs, opts),
-                Path::Root => fp4norm::rmsnorm_fp4quant(xv, w, out, gs, opts),
-            },
+/// As [`expect_err`], with the raw entries' [`fp4norm::RawCall`] edited first.
+fn expect_err_edited(
+    s: &Setup,
+    backend: Backend,
+    what: &str,
+    edit: impl FnOnce(&mut fp4norm::RawCall),
+    pred: impl Fn(&Error) -> bool,
+) -> Error {
+    let before = snapshot(s);
+    let mut t = s.clone();
+    match t.run_edited(backend, edit) {
+        Ok(()) => panic!("{what} [{backend:?}]: call succeeded, expected an error"),
+        Err(e) => {
+            assert!(pred(&e), "{what} [{backend:?}]: wrong error {e:?}");
+            assert!(
+                snapshot(&t) == before,
+                "{what} [{backend:?}]: the failed call wrote to a buffer"
+            );
+            assert_display(&e);
+            e
         }
     }
+}
 
-    /// Every byte a call could write (and the inputs too), for before/after comparison.
-    fn snapshot(&self) -> Vec<u8> {
-        let mut s = Vec::new();
-        let mut mat = |m: &Option<Mat>| {
-            if let Some(m) = m {
-                s.extend(m.data.iter().flat_map(|v| v.to_bits().to_le_bytes()));
-            }
-        };
-        mat(&Some(self.x.clone()));
-        mat(&self.residual);
-        mat(&self.y_out);
-        s.extend(self.w.iter().flat_map(|v| v.to_bits().to_le_bytes()));
-        s.extend(&self.q);
-        s.extend(&self.rm);
-        s.extend(&self.sw);
-        s
-    }
-
-    /// The call fails on every path with an error `pred` accepts, and writes nothing.
-    /// Returns the error (of the last path) for further checks.
-    fn expect_err(&self, what: &str, pred: impl Fn(&Error) -> bool) -> Error {
-        let before = self.snapshot();
-        let mut last = None;
-        for path in PATHS {
-            let mut s = self.clone();
-            match s.call(path) {
-                Ok(()) => panic!("{what} [{path:?}]: call succeeded, expected an error"),
-                Err(e) => {
-                    assert!(pred(&e), "{what} [{path:?}]: wrong error {e:?}");
-                    assert!(
-                        s.snapshot() == before,
-                        "{what} [{path:?}]: the failed call wrote to a buffer"
-                    );
-                    assert_display(&e);
-                    last = Some(e);
-                }
-            }
-        }
-        last.unwrap()
-    }
-
-    /// Sanity: the unbroken setup succeeds on every path.
-    fn expect_ok(&self) {
-        for path in PATHS {
-            self.clone()
-                .call(path)
-                .unwrap_or_else(|e| panic!("valid setup failed [{path:?}]: {e}"));
-        }
-    }
+/// Sanity: the unbroken setup succeeds on `backend`.
+fn expect_ok(s: &Setup, backend: Backend) {
+    s.clone()
+        .run(backend)
+        .unwrap_or_else(|e| panic!("valid setup failed [{backend:?}]: {e}"));
 }
 
 /// Every message is non-empty.
@@ -214,29 +126,29 @@ fn assert_mentions(e: &Error, words: &[&str]) {
     }
 }
 
-#[test]
-fn valid_setups_succeed() {
-    Setup::nvfp4().expect_ok();
+fn valid_setups_succeed(backend: Backend) {
+    expect_ok(&nvfp4(), backend);
     for layout in [
         ScaleLayout::RowMajor,
         ScaleLayout::Swizzled,
         ScaleLayout::Both,
     ] {
         for format in [Fp4Format::NVFP4, Fp4Format::MXFP4] {
-            Setup::valid(130, 96, format, layout).expect_ok();
-            let mut s = Setup::valid(5, 96, format, layout);
+            expect_ok(&valid(130, 96, format, layout), backend);
+            let mut s = valid(5, 96, format, layout);
             s.residual = None;
             s.y_out = None;
-            s.expect_ok();
+            expect_ok(&s, backend);
         }
     }
 }
 
-#[test]
-fn hidden_size_zero() {
+fn hidden_size_zero(backend: Backend) {
     for (format, block) in [(Fp4Format::NVFP4, 16), (Fp4Format::MXFP4, 32)] {
-        let s = Setup::valid(3, 0, format, ScaleLayout::Both);
-        let e = s.expect_err(
+        let s = valid(3, 0, format, ScaleLayout::Both);
+        let e = expect_err(
+            &s,
+            backend,
             "H = 0",
             |e| matches!(e, Error::ZeroHidden { block: b } if *b == block),
         );
@@ -244,8 +156,7 @@ fn hidden_size_zero() {
     }
 }
 
-#[test]
-fn hidden_size_not_a_multiple_of_the_block() {
+fn hidden_size_not_a_multiple_of_the_block(backend: Backend) {
     for (format, h) in [
         (Fp4Format::NVFP4, 24usize),
         (Fp4Format::NVFP4, 8),
@@ -254,21 +165,25 @@ fn hidden_size_not_a_multiple_of_the_block() {
     ] {
         let b = format.block_size();
         // Buffers sized as if the division were exact (rounded down); the H check comes first.
-        let mut s = Setup::valid(3, h, Fp4Format::NVFP4, ScaleLayout::Both);
+        let mut s = valid(3, h, Fp4Format::NVFP4, ScaleLayout::Both);
         s.opts = s.opts.with_format(format);
         s.rm = vec![0xA5; 3 * (h / b)];
-        let e = s.expect_err("H % B != 0", |e| matches!(e, Error::HiddenNotMultipleOfBlock { h: hh, block } if *hh == h && *block == b));
+        let e = expect_err(
+            &s,
+            backend,
+            "H % B != 0",
+            |e| matches!(e, Error::HiddenNotMultipleOfBlock { h: hh, block } if *hh == h && *block == b),
+        );
         assert_mentions(&e, &[&h.to_string(), &b.to_string()]);
     }
 }
 
-#[test]
-fn residual_shape_mismatch() {
-    let base = Setup::nvfp4();
+fn residual_shape_mismatch(backend: Backend) {
+    let base = nvfp4();
     for (rows, cols) in [(4usize, 64usize), (2, 64), (3, 48), (3, 80), (0, 64)] {
         let mut s = base.clone();
         s.residual = Some(Mat::filled(rows, cols, 0x3F00));
-        let e = s.expect_err("residual shape", |e| {
+        let e = expect_err(&s, backend, "residual shape", |e| {
             matches!(e, Error::ShapeMismatch { name: "residual", rows: 3, cols: 64, got_rows, got_cols }
                 if *got_rows == rows && *got_cols == cols)
         });
@@ -276,68 +191,73 @@ fn residual_shape_mismatch() {
     }
 }
 
-#[test]
-fn weight_length_mismatch() {
+fn weight_length_mismatch(backend: Backend) {
     for len in [63usize, 65, 0, 128] {
-        let mut s = Setup::nvfp4();
+        let mut s = nvfp4();
         s.w = vec![bf16::ONE; len];
-        let e = s.expect_err(
+        let e = expect_err(
+            &s,
+            backend,
             "weight length",
             |e| matches!(e, Error::WeightLength { expected: 64, got } if *got == len),
         );
         assert_mentions(&e, &["weight", &len.to_string(), "64"]);
         // Same rule without a residual, and with M = 0.
         s.residual = None;
-        s.expect_err("weight length, no residual", |e| {
+        expect_err(&s, backend, "weight length, no residual", |e| {
             matches!(e, Error::WeightLength { .. })
         });
-        let mut s = Setup::valid(0, 64, Fp4Format::NVFP4, ScaleLayout::Both);
+        let mut s = valid(0, 64, Fp4Format::NVFP4, ScaleLayout::Both);
         s.w = vec![bf16::ONE; len];
-        s.expect_err("weight length, M = 0", |e| {
+        expect_err(&s, backend, "weight length, M = 0", |e| {
             matches!(e, Error::WeightLength { .. })
         });
     }
 }
 
-#[test]
-fn y_fp4_wrong_size() {
+fn y_fp4_wrong_size(backend: Backend) {
     // M·H/2 = 96.
     for len in [95usize, 97, 0, 192] {
-        let mut s = Setup::nvfp4();
+        let mut s = nvfp4();
         s.q = vec![0xA5; len];
-        let e = s.expect_err("y_fp4 size", |e| {
-            matches!(e, Error::OutputSize { name: "y_fp4", expected: 96, got, .. } if *got == len)
-        });
+        let e = expect_err(
+            &s,
+            backend,
+            "y_fp4 size",
+            |e| matches!(e, Error::OutputSize { name: "y_fp4", expected: 96, got, .. } if *got == len),
+        );
         assert_mentions(&e, &["y_fp4", "96", &len.to_string()]);
         s.residual = None;
-        s.expect_err("y_fp4 size, no residual", |e| {
+        expect_err(&s, backend, "y_fp4 size, no residual", |e| {
             matches!(e, Error::OutputSize { name: "y_fp4", .. })
         });
     }
 }
 
-#[test]
-fn row_major_scales_wrong_size() {
+fn row_major_scales_wrong_size(backend: Backend) {
     // NVFP4, M = 3, H = 64: M·H/B = 12.
     for layout in [ScaleLayout::RowMajor, ScaleLayout::Both] {
         for len in [11usize, 13, 0, 6] {
-            let mut s = Setup::valid(3, 64, Fp4Format::NVFP4, layout);
+            let mut s = valid(3, 64, Fp4Format::NVFP4, layout);
             s.rm = vec![0xA5; len];
             // With both layouts the row-major buffer is FlashInfer's block_scale_unswizzled.
             let name = match layout {
                 ScaleLayout::Both => "block_scale_unswizzled (row-major)",
                 _ => "block_scale (row-major)",
             };
-            let e = s.expect_err("row-major size", |e| {
-                matches!(e, Error::OutputSize { name: n, expected: 12, got, .. } if *n == name && *got == len)
-            });
+            let e = expect_err(
+                &s,
+                backend,
+                "row-major size",
+                |e| matches!(e, Error::OutputSize { name: n, expected: 12, got, .. } if *n == name && *got == len),
+            );
             assert_mentions(&e, &["row-major", "12"]);
         }
     }
     // MXFP4: M·H/B = 6.
-    let mut s = Setup::valid(3, 64, Fp4Format::MXFP4, ScaleLayout::RowMajor);
+    let mut s = valid(3, 64, Fp4Format::MXFP4, ScaleLayout::RowMajor);
     s.rm = vec![0xA5; 12];
-    s.expect_err("row-major size mxfp4", |e| {
+    expect_err(&s, backend, "row-major size mxfp4", |e| {
         matches!(
             e,
             Error::OutputSize {
@@ -349,25 +269,27 @@ fn row_major_scales_wrong_size() {
     });
 }
 
-#[test]
-fn swizzled_scales_wrong_size() {
+fn swizzled_scales_wrong_size(backend: Backend) {
     // M = 3, H = 64 NVFP4 → 4 blocks: Mp = 128, nK = 1 → 512 bytes. The unpadded size
     // M·H/B = 12 (a likely mistake) is rejected, and so is one byte more or less.
     for layout in [ScaleLayout::Swizzled, ScaleLayout::Both] {
         for len in [12usize, 511, 513, 0, 1024] {
-            let mut s = Setup::valid(3, 64, Fp4Format::NVFP4, layout);
+            let mut s = valid(3, 64, Fp4Format::NVFP4, layout);
             s.sw = vec![0xA5; len];
-            let e = s.expect_err("swizzled size", |e| {
-                matches!(e, Error::OutputSize { name: "block_scale (swizzled)", expected: 512, got, .. } if *got == len)
-            });
+            let e = expect_err(
+                &s,
+                backend,
+                "swizzled size",
+                |e| matches!(e, Error::OutputSize { name: "block_scale (swizzled)", expected: 512, got, .. } if *got == len),
+            );
             assert_mentions(&e, &["swizzled", "512"]);
         }
     }
     // M = 130, H = 80 → 5 blocks: Mp = 256, nK = 2 → 2048 bytes.
-    let mut s = Setup::valid(130, 80, Fp4Format::NVFP4, ScaleLayout::Swizzled);
+    let mut s = valid(130, 80, Fp4Format::NVFP4, ScaleLayout::Swizzled);
     assert_eq!(s.sw.len(), 2048);
     s.sw = vec![0xA5; 130 * 5];
-    s.expect_err("swizzled size 130x5", |e| {
+    expect_err(&s, backend, "swizzled size 130x5", |e| {
         matches!(
             e,
             Error::OutputSize {
@@ -379,12 +301,11 @@ fn swizzled_scales_wrong_size() {
     });
 }
 
-#[test]
-fn y_out_shape_mismatch() {
+fn y_out_shape_mismatch(backend: Backend) {
     for (rows, cols) in [(2usize, 64usize), (4, 64), (3, 32), (0, 0)] {
-        let mut s = Setup::nvfp4();
+        let mut s = nvfp4();
         s.y_out = Some(Mat::filled(rows, cols, 0x5555));
-        let e = s.expect_err("y_out shape", |e| {
+        let e = expect_err(&s, backend, "y_out shape", |e| {
             matches!(e, Error::ShapeMismatch { name: "y_out", rows: 3, cols: 64, got_rows, got_cols }
                 if *got_rows == rows && *got_cols == cols)
         });
@@ -392,24 +313,25 @@ fn y_out_shape_mismatch() {
     }
 }
 
-#[test]
-fn per_row_global_scale_wrong_length() {
+fn per_row_global_scale_wrong_length(backend: Backend) {
     for len in [2usize, 4, 0, 1] {
-        let mut s = Setup::nvfp4();
-        s.gs = Some(vec![1.0; len]);
-        let e = s.expect_err(
+        let mut s = nvfp4();
+        s.gs = Gs::PerRow(vec![1.0; len]);
+        let e = expect_err(
+            &s,
+            backend,
             "gs length",
             |e| matches!(e, Error::GlobalScaleLength { expected: 3, got } if *got == len),
         );
         assert_mentions(&e, &["global_scale", "M = 3", &len.to_string()]);
     }
     // The right length passes; UE8M0 (which ignores gs) still checks the length.
-    let mut s = Setup::nvfp4();
-    s.gs = Some(vec![1.0; 3]);
-    s.expect_ok();
-    let mut s = Setup::valid(3, 64, Fp4Format::MXFP4, ScaleLayout::RowMajor);
-    s.gs = Some(vec![1.0; 2]);
-    s.expect_err("gs length mxfp4", |e| {
+    let mut s = nvfp4();
+    s.gs = Gs::PerRow(vec![1.0; 3]);
+    expect_ok(&s, backend);
+    let mut s = valid(3, 64, Fp4Format::MXFP4, ScaleLayout::RowMajor);
+    s.gs = Gs::PerRow(vec![1.0; 2]);
+    expect_err(&s, backend, "gs length mxfp4", |e| {
         matches!(
             e,
             Error::GlobalScaleLength {
@@ -420,8 +342,7 @@ fn per_row_global_scale_wrong_length() {
     });
 }
 
-#[test]
-fn eps_negative_nan_or_infinite() {
+fn eps_negative_nan_or_infinite(backend: Backend) {
     for eps in [
         -1e-6f32,
         -1.0,
@@ -430,9 +351,11 @@ fn eps_negative_nan_or_infinite() {
         f32::INFINITY,
         f32::NEG_INFINITY,
     ] {
-        let mut s = Setup::nvfp4();
+        let mut s = nvfp4();
         s.opts = s.opts.with_eps(eps);
-        let e = s.expect_err(
+        let e = expect_err(
+            &s,
+            backend,
             "eps",
             |e| matches!(e, Error::InvalidEps(v) if v.to_bits() == eps.to_bits()),
         );
@@ -442,10 +365,189 @@ fn eps_negative_nan_or_infinite() {
     }
     // The boundary values are accepted.
     for eps in [0.0f32, f32::from_bits(1), f32::MAX] {
-        let mut s = Setup::nvfp4();
+        let mut s = nvfp4();
         s.opts = s.opts.with_eps(eps);
-        s.expect_ok();
+        expect_ok(&s, backend);
     }
+}
+
+fn strided_views_that_do_not_fit(backend: Backend) {
+    // A row stride shorter than H.
+    let mut s = nvfp4();
+    s.x.stride = 63;
+    expect_err(&s, backend, "stride < H", |e| {
+        matches!(
+            e,
+            Error::StrideTooSmall {
+                stride: 63,
+                cols: 64,
+                ..
+            }
+        )
+    });
+    // Rows of the residual, 80 apart, running past the end of its buffer (needs 224).
+    let mut s = nvfp4();
+    let r = s.residual.as_mut().unwrap();
+    r.stride = 80;
+    r.data = vec![bf16::from_bits(0x3F00); 223];
+    expect_err(&s, backend, "view out of bounds", |e| {
+        matches!(
+            e,
+            Error::ViewOutOfBounds {
+                needed: 224,
+                len: 223,
+                ..
+            }
+        )
+    });
+    // The same view with room for it is fine, and so are strided y_out rows.
+    let mut s = nvfp4();
+    let r = s.residual.as_mut().unwrap();
+    r.stride = 80;
+    r.data = vec![bf16::from_bits(0x3F00); 224];
+    let y = s.y_out.as_mut().unwrap();
+    y.stride = 70;
+    y.data = vec![bf16::from_bits(0x5555); 2 * 70 + 64];
+    expect_ok(&s, backend);
+}
+
+backend_tests!(
+    valid_setups_succeed,
+    hidden_size_zero,
+    hidden_size_not_a_multiple_of_the_block,
+    residual_shape_mismatch,
+    weight_length_mismatch,
+    y_fp4_wrong_size,
+    row_major_scales_wrong_size,
+    swizzled_scales_wrong_size,
+    y_out_shape_mismatch,
+    per_row_global_scale_wrong_length,
+    eps_negative_nan_or_infinite,
+    strided_views_that_do_not_fit,
+);
+
+/// Outputs may not overlap inputs or each other (SPEC.md §5): each pair the raw entries can
+/// be given, by pointing one buffer at another.
+fn aliased_buffers_are_refused(backend: Backend) {
+    let s = nvfp4();
+    type Edit = fn(&mut fp4norm::RawCall);
+    let cases: [(&str, &str, Edit); 6] = [
+        ("input", "residual", |c| {
+            c.residual.as_mut().unwrap().ptr = c.x.ptr
+        }),
+        ("residual", "y_out", |c| {
+            c.y_out.as_mut().unwrap().ptr = c.residual.unwrap().ptr
+        }),
+        ("input", "y_out", |c| {
+            c.y_out.as_mut().unwrap().ptr = c.x.ptr + 2
+        }),
+        ("weight", "y_fp4", |c| c.y_fp4.ptr = c.weight.ptr),
+        ("y_fp4", "block_scale", |c| {
+            if let fp4norm::ScaleOut::Both { row_major, .. } = &mut c.scales {
+                row_major.ptr = c.y_fp4.ptr + 90; // the last 6 of y_fp4's 96 bytes
+            }
+        }),
+        ("block_scale", "block_scale", |c| {
+            if let fp4norm::ScaleOut::Both {
+                row_major,
+                swizzled,
+            } = &mut c.scales
+            {
+                swizzled.ptr = row_major.ptr;
+            }
+        }),
+    ];
+    for (a, b, edit) in cases {
+        let e = expect_err_edited(&s, backend, &format!("{a} / {b} alias"), edit, |e| {
+            matches!(e, Error::Overlap { .. })
+        });
+        assert_mentions(&e, &[a, b, "overlap"]);
+    }
+    // Read-only inputs may overlap each other: x and weight from one buffer is fine.
+    let mut t = s.clone();
+    t.run_edited(backend, |c| c.weight.ptr = c.x.ptr)
+        .unwrap_or_else(|e| panic!("[{backend:?}] read-only inputs overlapping: {e}"));
+}
+
+fn null_and_misaligned_pointers_are_refused(backend: Backend) {
+    let s = nvfp4();
+    expect_err_edited(
+        &s,
+        backend,
+        "null weight",
+        |c| c.weight.ptr = 0,
+        |e| matches!(e, Error::NullPointer { name: "weight" }),
+    );
+    expect_err_edited(
+        &s,
+        backend,
+        "null y_fp4",
+        |c| c.y_fp4.ptr = 0,
+        |e| matches!(e, Error::NullPointer { name: "y_fp4" }),
+    );
+    // bf16 rows at an odd address (the buffer is long enough for the shifted view).
+    let mut t = s.clone();
+    t.x.data.push(bf16::ONE);
+    expect_err_edited(
+        &t,
+        backend,
+        "odd input address",
+        |c| c.x.ptr += 1,
+        |e| {
+            matches!(
+                e,
+                Error::Misaligned {
+                    name: "input",
+                    required: 2,
+                    ..
+                }
+            )
+        },
+    );
+    let mut t = s.clone();
+    t.gs = Gs::PerRow(vec![1.0; 4]);
+    expect_err_edited(
+        &t,
+        backend,
+        "global scale not 4-byte aligned",
+        |c| {
+            if let fp4norm::RawGlobalScale::PerRow(b) = &mut c.global_scale {
+                b.ptr += 2;
+                b.len = Some(3);
+            }
+        },
+        |e| {
+            matches!(
+                e,
+                Error::Misaligned {
+                    name: "global_scale",
+                    required: 4,
+                    ..
+                }
+            )
+        },
+    );
+}
+
+backend_tests!(raw: aliased_buffers_are_refused, null_and_misaligned_pointers_are_refused);
+
+/// Host memory given to the CUDA raw entry is refused, naming the buffer.
+#[test]
+fn cuda_raw_refuses_host_memory() {
+    if backends::cuda_missing("cuda_raw_refuses_host_memory") {
+        return;
+    }
+    let s = nvfp4();
+    let host = vec![bf16::ONE; 3 * 64];
+    let addr = host.as_ptr() as usize as u64;
+    let e = expect_err_edited(
+        &s,
+        Backend::CudaRaw,
+        "host weight",
+        |c| c.weight.ptr = addr,
+        |e| matches!(e, Error::DeviceMismatch { name: "weight", .. }),
+    );
+    assert_mentions(&e, &["weight", "host"]);
 }
 
 #[test]
@@ -840,12 +942,12 @@ fn dequantize_errors_write_nothing() {
 /// One instance of every variant the host API produces, with the words a user needs.
 #[test]
 fn display_messages_name_the_thing_to_change() {
-    let mut s = Setup::nvfp4();
+    let mut s = nvfp4();
     s.w.pop();
-    let weight = s.clone().call(Path::Cpu).unwrap_err();
-    let mut s = Setup::nvfp4();
+    let weight = s.clone().run(Backend::Cpu).unwrap_err();
+    let mut s = nvfp4();
     s.q.pop();
-    let y_fp4 = s.clone().call(Path::Cpu).unwrap_err();
+    let y_fp4 = s.clone().run(Backend::Cpu).unwrap_err();
     let data = vec![bf16::ONE; 8];
     let cases: Vec<(Error, &[&str])> = vec![
         (

@@ -3,8 +3,10 @@
 //! is computed by the code under test. Whole-op cases run through `fp4norm::reference`,
 //! `fp4norm::cpu` and the root re-exports.
 
+mod backends;
 mod common;
 
+use backends::{Backend, Buffers, Elem, Gs, Mat};
 use fp4norm::codec::{
     e2m1_encode, e4m3_encode, f32_to_bf16_bits, f32_to_f16_bits, ue8m0_ceil_code, ue8m0_decode,
     ue8m0_inverse,
@@ -241,14 +243,6 @@ fn bf16_and_f16_rounding_golden() {
 // Whole op (SPEC.md §1, §3)
 // ---------------------------------------------------------------------------------------
 
-#[derive(Clone, Copy, Debug)]
-enum Path {
-    Reference,
-    Cpu,
-    Root,
-}
-const PATHS: [Path; 3] = [Path::Reference, Path::Cpu, Path::Root];
-
 /// f32 → dtype bits through the `half` crate, asserting the value is exact (or NaN given as bits).
 fn to_dt<T: Element>(v: f32) -> T {
     let bits = match T::DTYPE {
@@ -299,71 +293,44 @@ struct Call<'a, T> {
     y_out: bool,
 }
 
-impl<T: Element> Call<'_, T> {
-    /// Runs the op through one path, outputs poisoned with 0xAA first.
-    fn run(&self, path: Path) -> Out {
+impl<T: Elem> Call<'_, T> {
+    /// Runs the op on `backend`, outputs poisoned with 0xAA first.
+    fn run(&self, backend: Backend) -> Out {
         let (m, h) = (self.m, self.h);
         let p = Problem::new(m, h, T::DTYPE, self.layout, &self.opts).unwrap();
-        let mut res = self.residual.map(|r| r.to_vec());
-        let mut q = vec![0xAAu8; p.fp4_len()];
-        let mut rm = vec![0xAAu8; p.row_major_scales_len()];
-        let mut sw = vec![0xAAu8; p.swizzled_scales_len()];
-        let mut yo = vec![T::from_bits(0xAAAA); m * h];
-        let scales = match self.layout {
-            ScaleLayout::RowMajor => ScaleOut::RowMajor(&mut rm[..]),
-            ScaleLayout::Swizzled => ScaleOut::Swizzled(&mut sw[..]),
-            ScaleLayout::Both => ScaleOut::Both {
-                row_major: &mut rm[..],
-                swizzled: &mut sw[..],
+        let mut b = Buffers {
+            x: Mat::new(self.x.to_vec(), m, h),
+            residual: self.residual.map(|r| Mat::new(r.to_vec(), m, h)),
+            w: self.w.to_vec(),
+            q: vec![0xAAu8; p.fp4_len()],
+            layout: self.layout,
+            rm: vec![0xAAu8; p.row_major_scales_len()],
+            sw: vec![0xAAu8; p.swizzled_scales_len()],
+            y_out: self
+                .y_out
+                .then(|| Mat::new(vec![T::from_bits(0xAAAA); m * h], m, h)),
+            gs: match self.gs {
+                GlobalScale::Uniform(g) => Gs::Uniform(g),
+                GlobalScale::PerRow(g) => Gs::PerRow(g.to_vec()),
             },
+            opts: self.opts,
         };
-        let y_out = if self.y_out {
-            Some(MatMut::new(&mut yo[..], m, h).unwrap())
-        } else {
-            None
-        };
-        let out = Fp4Out {
-            y_fp4: &mut q,
-            scales,
-            y_out,
-        };
-        let x = MatRef::new(self.x, m, h).unwrap();
-        let (gs, o) = (self.gs, &self.opts);
-        match (path, res.as_mut()) {
-            (Path::Reference, Some(r)) => reference::add_rmsnorm_fp4quant(
-                x,
-                MatMut::new(r, m, h).unwrap(),
-                self.w,
-                out,
-                gs,
-                o,
-            ),
-            (Path::Reference, None) => reference::rmsnorm_fp4quant(x, self.w, out, gs, o),
-            (Path::Cpu, Some(r)) => {
-                cpu::add_rmsnorm_fp4quant(x, MatMut::new(r, m, h).unwrap(), self.w, out, gs, o)
-            }
-            (Path::Cpu, None) => cpu::rmsnorm_fp4quant(x, self.w, out, gs, o),
-            (Path::Root, Some(r)) => {
-                fp4norm::add_rmsnorm_fp4quant(x, MatMut::new(r, m, h).unwrap(), self.w, out, gs, o)
-            }
-            (Path::Root, None) => fp4norm::rmsnorm_fp4quant(x, self.w, out, gs, o),
-        }
-        .unwrap();
+        b.run(backend).unwrap();
         Out {
-            residual: res.map(|r| bits_of(&r)),
-            y_fp4: q,
-            row_major: self.layout.has_row_major().then_some(rm),
-            swizzled: self.layout.has_swizzled().then_some(sw),
-            y_out: self.y_out.then(|| bits_of(&yo)),
+            residual: b.residual.map(|r| bits_of(&r.data)),
+            y_fp4: b.q,
+            row_major: self.layout.has_row_major().then_some(b.rm),
+            swizzled: self.layout.has_swizzled().then_some(b.sw),
+            y_out: b.y_out.map(|y| bits_of(&y.data)),
         }
     }
 
-    /// Runs every path and compares every output that `want` names.
-    fn check(&self, name: &str, want: &Want) {
-        for path in PATHS {
-            let got = self.run(path);
+    /// Runs on `backend` and compares every output that `want` names.
+    fn check(&self, backend: Backend, name: &str, want: &Want) {
+        {
+            let got = self.run(backend);
             let ctx = format!(
-                "{name} [{path:?}, {}, {}, {}]",
+                "{name} [{backend:?}, {}, {}, {}]",
                 T::DTYPE,
                 self.opts.format,
                 self.layout
@@ -445,7 +412,7 @@ const W_EXACT: [f32; 32] = [
 ///   row 0: x = 1.5, r = 0.5 → h = 2;  row 1: x = -3, r = 1 → h = -2.
 ///   ss = 32 · 4 = 128; ss/H = 4; sqrt = 2; rstd = 1/2 = 0.5 exactly.
 ///   y = RN32(RN32(±2 · 0.5) · w) = ±w exactly (row 1: -w, and -1 · 0 = -0).
-fn exact_rows<T: Element>() {
+fn exact_rows<T: Elem>(backend: Backend) {
     let (m, h) = (2, 32);
     let x = vals::<T>(&cat(&[&[1.5; 32], &[-3.0; 32]]));
     let r = vals::<T>(&cat(&[&[0.5; 32], &[1.0; 32]]));
@@ -532,20 +499,18 @@ fn exact_rows<T: Element>() {
                     swizzled: Some(sw.clone()),
                     y_out: Some(y_out.clone()),
                 };
-                call.check("exact rows", &want);
+                call.check(backend, "exact rows", &want);
             }
         }
     }
 }
 
-#[test]
-fn exact_rows_bf16() {
-    exact_rows::<bf16>();
+fn exact_rows_bf16(backend: Backend) {
+    exact_rows::<bf16>(backend);
 }
 
-#[test]
-fn exact_rows_f16() {
-    exact_rows::<f16>();
+fn exact_rows_f16(backend: Backend) {
+    exact_rows::<f16>(backend);
 }
 
 /// The default eps 1e-6 with h = 1 everywhere (x = 0.5, r = 0.5), w = 1, H = 32:
@@ -556,7 +521,7 @@ fn exact_rows_f16() {
 /// MXFP4: v ≈ 0.1666666, 2^-3 < v ≤ 2^-2 → e = -2 → code 125 (0x7D); inv = 4; y·4 = 4 - 2^-19
 ///   → E2M1 4.0 (6).
 /// y_out = RNdt(1 - 2^-21) = 1.0 (bf16 ulp below 1 is 2^-8, f16's 2^-11).
-fn default_eps<T: Element>() {
+fn default_eps<T: Elem>(backend: Backend) {
     let (m, h) = (1, 32);
     let x = vals::<T>(&[0.5; 32]);
     let r = x.clone();
@@ -584,18 +549,16 @@ fn default_eps<T: Element>() {
             y_out: Some(one.clone()),
             ..Default::default()
         };
-        call.check("default eps", &want);
+        call.check(backend, "default eps", &want);
     }
 }
 
-#[test]
-fn default_eps_bf16() {
-    default_eps::<bf16>();
+fn default_eps_bf16(backend: Backend) {
+    default_eps::<bf16>(backend);
 }
 
-#[test]
-fn default_eps_f16() {
-    default_eps::<f16>();
+fn default_eps_f16(backend: Backend) {
+    default_eps::<f16>(backend);
 }
 
 /// eps = 3 with h = 1 (no residual: x = 1), w = 1, H = 32: ss/H + eps = 1 + 3 = 4, sqrt = 2,
@@ -603,7 +566,7 @@ fn default_eps_f16() {
 /// NVFP4: s = RN32(0.5/6) ≈ 0.0833333; E4M3 neighbours 0.078125 (0x1A) and 0.0859375 (0x1B),
 ///   midpoint 0.08203125 → 0x1B; inv = RN32(128/11) ≈ 11.636; y·inv ≈ 5.818 → 7.
 /// MXFP4: v ≈ 0.0833333, 2^-4 < v ≤ 2^-3 → code 124 (0x7C), inv = 8, y·8 = 4 → 6.
-fn eps_three<T: Element>() {
+fn eps_three<T: Elem>(backend: Backend) {
     let x = vals::<T>(&[1.0; 32]);
     let w = x.clone();
     let half = dt_bits::<T>(&[0.5; 32]);
@@ -623,6 +586,7 @@ fn eps_three<T: Element>() {
             y_out: true,
         };
         call.check(
+            backend,
             "eps 3",
             &Want {
                 y_fp4: q,
@@ -634,10 +598,9 @@ fn eps_three<T: Element>() {
     }
 }
 
-#[test]
-fn eps_three_both_dtypes() {
-    eps_three::<bf16>();
-    eps_three::<f16>();
+fn eps_three_both_dtypes(backend: Backend) {
+    eps_three::<bf16>(backend);
+    eps_three::<f16>(backend);
 }
 
 /// All-zero rows, H = 32, w = 1. Row 0: x = +0, r = +0 → h = +0. Row 1: x = -0, r = -0 →
@@ -652,7 +615,7 @@ fn eps_three_both_dtypes() {
 ///   UE8M0: v = 0 → code 0, inv = 2^127, q = E2M1(±0 · 2^127) = E2M1(±0).
 ///   Row 0 (+0): scale 0x00 and codes 0x0 → bytes 0x00. Row 1 (-0): scale 0x00, but every
 ///   E2M1 code is 0x8 (negative zero, SPEC.md §2) → bytes 0x88.
-fn zero_rows<T: Element>() {
+fn zero_rows<T: Elem>(backend: Backend) {
     let (m, h) = (2, 32);
     let x = vals::<T>(&cat(&[&[0.0; 32], &[-0.0; 32]]));
     let r = x.clone();
@@ -701,19 +664,17 @@ fn zero_rows<T: Element>() {
                 opts: opts.with_eps(eps),
                 y_out: true,
             };
-            call.check(&format!("zero rows eps={eps}"), &want);
+            call.check(backend, &format!("zero rows eps={eps}"), &want);
         }
     }
 }
 
-#[test]
-fn zero_rows_bf16() {
-    zero_rows::<bf16>();
+fn zero_rows_bf16(backend: Backend) {
+    zero_rows::<bf16>(backend);
 }
 
-#[test]
-fn zero_rows_f16() {
-    zero_rows::<f16>();
+fn zero_rows_f16(backend: Backend) {
+    zero_rows::<f16>(backend);
 }
 
 /// Rows with NaN and infinities, H = 32, w = 1, r = 0 unless stated, x = 1 elsewhere,
@@ -725,7 +686,7 @@ fn zero_rows_f16() {
 ///   row 2: x[5] = NaN (payload 0x..41/0x..01, not canonical): h[5] = RNdt(NaN + 0) = the
 ///          canonical NaN 0x7FFF; ss = NaN → rstd = NaN → every y NaN → every block NaN.
 ///   row 3: x[0] = +Inf, r[0] = -Inf: h[0] = RNdt(Inf - Inf) = NaN → as row 2.
-fn specials<T: Element>() {
+fn specials<T: Elem>(backend: Backend) {
     let (m, h) = (4, 32);
     let (inf, ninf, nan_in) = match T::DTYPE {
         DType::BF16 => (0x7F80u16, 0xFF80u16, 0x7FC1u16),
@@ -784,18 +745,16 @@ fn specials<T: Element>() {
             swizzled: Some(sw),
             y_out: Some(y_out.clone()),
         };
-        call.check("NaN / Inf rows", &want);
+        call.check(backend, "NaN / Inf rows", &want);
     }
 }
 
-#[test]
-fn specials_bf16() {
-    specials::<bf16>();
+fn specials_bf16(backend: Backend) {
+    specials::<bf16>(backend);
 }
 
-#[test]
-fn specials_f16() {
-    specials::<f16>();
+fn specials_f16(backend: Backend) {
+    specials::<f16>(backend);
 }
 
 /// Special weights, h = 1 (x = 1, no residual), eps = 0 → rstd = 1, y = w (exact):
@@ -806,7 +765,7 @@ fn specials_f16() {
 ///     Codes 0 0 0 7 0 … → bytes 00 70 00 00 00 00 00 00.
 ///     Block 1 has a NaN: 0x7F (E4M3) / 0xFF (UE8M0), codes all 7.
 ///   MXFP4: the single block has the NaN → 0xFF, codes 7.
-fn special_weights<T: Element>() {
+fn special_weights<T: Elem>(backend: Backend) {
     let x = vals::<T>(&[1.0; 32]);
     let mut wb = dt_bits::<T>(&[1.0; 32]);
     wb[3] = dt_bits::<T>(&[f32::INFINITY])[0];
@@ -835,6 +794,7 @@ fn special_weights<T: Element>() {
             y_out: true,
         };
         call.check(
+            backend,
             "special weights",
             &Want {
                 y_fp4: q,
@@ -846,18 +806,16 @@ fn special_weights<T: Element>() {
     }
 }
 
-#[test]
-fn special_weights_both_dtypes() {
-    special_weights::<bf16>();
-    special_weights::<f16>();
+fn special_weights_both_dtypes(backend: Backend) {
+    special_weights::<bf16>(backend);
+    special_weights::<f16>(backend);
 }
 
 /// rstd overflowing f32 (eps = 0, bf16, H = 16): x[0] = 2^-133 (bf16 0x0001), everything
 /// else 0. ss = 2^-266, /16 = 2^-270, sqrt = 2^-135, 1/that = 2^135 > f32::MAX → RN32 = +Inf.
 /// y[0] = 2^-133 · Inf = Inf; y[i] = 0 · Inf = NaN. amax NaN → 0x7F, every code 7;
 /// y_out = [Inf 0x7F80, NaN 0x7FFF × 15].
-#[test]
-fn rstd_overflows_to_inf() {
+fn rstd_overflows_to_inf(backend: Backend) {
     let mut xb = [0u16; 16];
     xb[0] = 0x0001;
     let x: Vec<bf16> = xb.iter().map(|&b| bf16::from_bits(b)).collect();
@@ -876,6 +834,7 @@ fn rstd_overflows_to_inf() {
         y_out: true,
     };
     call.check(
+        backend,
         "rstd = Inf",
         &Want {
             y_fp4: vec![0x77; 8],
@@ -899,7 +858,7 @@ fn rstd_overflows_to_inf() {
 ///               negatives 9 B D E F F F F → bytes 17 53 76 77 b9 ed ff ff.
 ///   gs = 2^-20: s = 2^-20 (exact) → below half of 2^-9 → E4M3 0x00; d = 0 → inv = 0 →
 ///               E2M1(±0): 0 for positive y, 0x8 for negative → bytes 00 00 00 00 88 88 88 88.
-fn per_row_global_scale<T: Element>() {
+fn per_row_global_scale<T: Elem>(backend: Backend) {
     let (m, h) = (4, 16);
     let x = vals::<T>(&[1.5; 64]);
     let r = vals::<T>(&[0.5; 64]);
@@ -932,7 +891,7 @@ fn per_row_global_scale<T: Element>() {
         swizzled: Some(sw),
         y_out: Some(y_out),
     };
-    call.check("per-row global scale", &want);
+    call.check(backend, "per-row global scale", &want);
     // Each value as a uniform scale gives that row's bytes.
     for (i, &g) in gs.iter().enumerate() {
         let call = Call {
@@ -945,6 +904,7 @@ fn per_row_global_scale<T: Element>() {
             ..call
         };
         call.check(
+            backend,
             &format!("uniform gs {g:e}"),
             &Want {
                 y_fp4: q[i * 8..i * 8 + 8].to_vec(),
@@ -955,10 +915,9 @@ fn per_row_global_scale<T: Element>() {
     }
 }
 
-#[test]
-fn per_row_global_scale_both_dtypes() {
-    per_row_global_scale::<bf16>();
-    per_row_global_scale::<f16>();
+fn per_row_global_scale_both_dtypes(backend: Backend) {
+    per_row_global_scale::<bf16>(backend);
+    per_row_global_scale::<f16>(backend);
 }
 
 /// The swizzled layout with padding: M = 130 (not a multiple of 128), H = 80 → 5 NVFP4
@@ -968,7 +927,7 @@ fn per_row_global_scale_both_dtypes() {
 ///   s = RN32(gs · 6 · 2^-b)/6 = 2^k with k = -(b + row % 4) ∈ [-7, 0] (exact);
 ///   E4M3(2^k): 2^0 0x38, 2^-1 0x30, 2^-2 0x28, 2^-3 0x20, 2^-4 0x18, 2^-5 0x10, 2^-6 0x08,
 ///   2^-7 = 4 · 2^-9 → subnormal 0x04. inv = RN32(gs / 2^k) = 2^b; y · inv = 6 → code 7.
-fn swizzled_padding_nvfp4(with_residual: bool) {
+fn swizzled_padding_nvfp4(backend: Backend, with_residual: bool) {
     let (m, h, nb) = (130usize, 80usize, 5usize);
     const K2C: [u8; 8] = [0x38, 0x30, 0x28, 0x20, 0x18, 0x10, 0x08, 0x04];
     let code = |row: usize, b: usize| K2C[b + row % 4];
@@ -1020,25 +979,22 @@ fn swizzled_padding_nvfp4(with_residual: bool) {
             swizzled: Some(sw.clone()),
             y_out: Some(rep(&dt_bits::<bf16>(&wv), m)),
         };
-        call.check("swizzled padding nvfp4", &want);
+        call.check(backend, "swizzled padding nvfp4", &want);
     }
 }
 
-#[test]
-fn swizzled_padding_nvfp4_with_residual() {
-    swizzled_padding_nvfp4(true);
+fn swizzled_padding_nvfp4_with_residual(backend: Backend) {
+    swizzled_padding_nvfp4(backend, true);
 }
 
-#[test]
-fn swizzled_padding_nvfp4_without_residual() {
-    swizzled_padding_nvfp4(false);
+fn swizzled_padding_nvfp4_without_residual(backend: Backend) {
+    swizzled_padding_nvfp4(backend, false);
 }
 
 /// MXFP4 swizzled with padding: M = 3, H = 96 → 3 blocks; Mp = 128, nK = 1, 512 bytes.
 /// x = 1 (no residual), eps = 0 → y = w, w = 6 · 2^-b in block b: v = 2^-b → code 127 - b;
 /// inv = 2^b; y · inv = 6 → 7. (row, b) is at row·16 + b; column 3 and rows 3.. are zero.
-#[test]
-fn swizzled_padding_mxfp4() {
+fn swizzled_padding_mxfp4(backend: Backend) {
     let (m, h) = (3, 96);
     let wv: Vec<f32> = (0..h)
         .map(|i| 6.0 * 2f32.powi(-((i / 32) as i32)))
@@ -1066,64 +1022,76 @@ fn swizzled_padding_mxfp4() {
         swizzled: Some(sw),
         ..Default::default()
     };
-    call.check("swizzled padding mxfp4", &want);
+    call.check(backend, "swizzled padding mxfp4", &want);
 }
 
 /// M = 0: nothing is written. Every output is empty (Mp = 0), and the residual and y_out
 /// views of zero rows leave their (non-empty) buffers untouched.
-#[test]
-fn zero_rows_m0_writes_nothing() {
+fn zero_rows_m0_writes_nothing(backend: Backend) {
     let h = 64;
-    let x = vals::<bf16>(&[1.0; 64]);
-    let w = x.clone();
-    let mut r = vals::<bf16>(&[3.0; 64]);
-    let mut yo = vals::<bf16>(&[5.0; 64]);
-    let (r0, yo0) = (r.clone(), yo.clone());
-    for path in PATHS {
-        for layout in [
-            ScaleLayout::RowMajor,
-            ScaleLayout::Swizzled,
-            ScaleLayout::Both,
-        ] {
-            let p = Problem::new(0, h, DType::BF16, layout, &Options::nvfp4()).unwrap();
-            assert_eq!(
-                (
-                    p.fp4_len(),
-                    p.row_major_scales_len(),
-                    p.swizzled_scales_len()
-                ),
-                (0, 0, 0)
-            );
-            let (mut a, mut b) = (Vec::<u8>::new(), Vec::<u8>::new());
-            let scales = match layout {
-                ScaleLayout::RowMajor => ScaleOut::RowMajor(&mut a[..]),
-                ScaleLayout::Swizzled => ScaleOut::Swizzled(&mut b[..]),
-                ScaleLayout::Both => ScaleOut::Both {
-                    row_major: &mut a[..],
-                    swizzled: &mut b[..],
-                },
-            };
-            let mut q = Vec::<u8>::new();
-            let out = Fp4Out {
-                y_fp4: &mut q,
-                scales,
-                y_out: Some(MatMut::new(&mut yo, 0, h).unwrap()),
-            };
-            let xm = MatRef::new(&x, 0, h).unwrap();
-            let rm = MatMut::new(&mut r, 0, h).unwrap();
-            let o = Options::nvfp4();
-            let gs = GlobalScale::PerRow(&[]);
-            match path {
-                Path::Reference => reference::add_rmsnorm_fp4quant(xm, rm, &w, out, gs, &o),
-                Path::Cpu => cpu::add_rmsnorm_fp4quant(xm, rm, &w, out, gs, &o),
-                Path::Root => fp4norm::add_rmsnorm_fp4quant(xm, rm, &w, out, gs, &o),
-            }
-            .unwrap();
-            assert_eq!(r, r0);
-            assert_eq!(yo, yo0);
-        }
+    for layout in [
+        ScaleLayout::RowMajor,
+        ScaleLayout::Swizzled,
+        ScaleLayout::Both,
+    ] {
+        let p = Problem::new(0, h, DType::BF16, layout, &Options::nvfp4()).unwrap();
+        assert_eq!(
+            (
+                p.fp4_len(),
+                p.row_major_scales_len(),
+                p.swizzled_scales_len()
+            ),
+            (0, 0, 0)
+        );
+        let view = |v: f32| Mat {
+            data: vals::<bf16>(&[v; 64]),
+            rows: 0,
+            cols: h,
+            stride: h,
+        };
+        let mut b = Buffers {
+            x: view(1.0),
+            residual: Some(view(3.0)),
+            w: vals::<bf16>(&[1.0; 64]),
+            q: vec![],
+            layout,
+            rm: vec![],
+            sw: vec![],
+            y_out: Some(view(5.0)),
+            gs: Gs::PerRow(vec![]),
+            opts: Options::nvfp4(),
+        };
+        let before = b.clone();
+        b.run(backend).unwrap();
+        assert_eq!(
+            b.residual, before.residual,
+            "{backend:?}: residual written with M = 0"
+        );
+        assert_eq!(
+            b.y_out, before.y_out,
+            "{backend:?}: y_out written with M = 0"
+        );
     }
 }
+
+backend_tests!(
+    exact_rows_bf16,
+    exact_rows_f16,
+    default_eps_bf16,
+    default_eps_f16,
+    eps_three_both_dtypes,
+    zero_rows_bf16,
+    zero_rows_f16,
+    specials_bf16,
+    specials_f16,
+    special_weights_both_dtypes,
+    per_row_global_scale_both_dtypes,
+    swizzled_padding_nvfp4_with_residual,
+    swizzled_padding_nvfp4_without_residual,
+    rstd_overflows_to_inf,
+    swizzled_padding_mxfp4,
+    zero_rows_m0_writes_nothing,
+);
 
 // ---------------------------------------------------------------------------------------
 // Dequantisation (SPEC.md §4)

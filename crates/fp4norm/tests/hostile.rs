@@ -14,7 +14,7 @@
 mod hostile_harness;
 
 use fp4norm::layout::{row_major_len, swizzled_len};
-use fp4norm::{BlockSize, DType, Fp4Format, Options, Problem, ScaleFormat, ScaleLayout};
+use fp4norm::{DType, Fp4Format, Options, Problem, ScaleLayout};
 use hostile_harness::{check, run_spec, FusedSpec, GsSpec, MatSpec, Outcome};
 use proptest::prelude::*;
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -192,24 +192,6 @@ const VIOLATIONS: [Violation; 25] = [
     Violation::StrideOverflow,
 ];
 
-const FORMATS: [Fp4Format; 4] = [
-    Fp4Format::NVFP4,
-    Fp4Format::MXFP4,
-    Fp4Format {
-        block: BlockSize::B16,
-        scale: ScaleFormat::UE8M0,
-    },
-    Fp4Format {
-        block: BlockSize::B32,
-        scale: ScaleFormat::E4M3,
-    },
-];
-const LAYOUTS: [ScaleLayout; 3] = [
-    ScaleLayout::RowMajor,
-    ScaleLayout::Swizzled,
-    ScaleLayout::Both,
-];
-
 /// The knobs of a valid call.
 #[derive(Clone, Copy, Debug)]
 struct Base {
@@ -269,8 +251,8 @@ fn mat(m: usize, h: usize, pad: usize) -> MatSpec {
 }
 
 fn valid(b: &Base) -> FusedSpec {
-    let format = FORMATS[b.format];
-    let layout = LAYOUTS[b.layout];
+    let format = Fp4Format::ALL[b.format];
+    let layout = ScaleLayout::ALL[b.layout];
     let (m, h) = (b.m, b.blocks * format.block_size());
     let nb = h / format.block_size();
     FusedSpec {

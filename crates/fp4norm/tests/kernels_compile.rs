@@ -69,7 +69,7 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
     // register-tightest kernels (two CTAs per SM asked of the vector ones), aligned or not.
     for (h, clusters) in [(16384usize, true), (32768, true), (32768, false)] {
         for dtype in [fp4norm::DType::BF16, fp4norm::DType::F16] {
-            for format in sweep::FORMATS {
+            for format in fp4norm::Fp4Format::ALL {
                 for layout in [
                     fp4norm::ScaleLayout::RowMajor,
                     fp4norm::ScaleLayout::Swizzled,

@@ -15,8 +15,8 @@ use common::{
     spec_swizzled_offset, ue8m0_oracle, Tables,
 };
 use fp4norm::{
-    cpu, dequantize, reference, BlockSize, DType, Element, Fp4Format, Fp4Out, GlobalScale, MatMut,
-    MatRef, Options, ScaleFormat, ScaleIn, ScaleLayout, ScaleOut,
+    cpu, dequantize, reference, DType, Element, Fp4Format, Fp4Out, GlobalScale, MatMut, MatRef,
+    Options, ScaleFormat, ScaleIn, ScaleLayout, ScaleOut,
 };
 use half::{bf16, f16};
 use proptest::prelude::*;
@@ -60,23 +60,6 @@ struct Case {
     seed: u64,
 }
 
-const FORMATS: [Fp4Format; 4] = [
-    Fp4Format::NVFP4,
-    Fp4Format::MXFP4,
-    Fp4Format {
-        block: BlockSize::B16,
-        scale: ScaleFormat::UE8M0,
-    },
-    Fp4Format {
-        block: BlockSize::B32,
-        scale: ScaleFormat::E4M3,
-    },
-];
-const LAYOUTS: [ScaleLayout; 3] = [
-    ScaleLayout::RowMajor,
-    ScaleLayout::Swizzled,
-    ScaleLayout::Both,
-];
 /// Global scales, including ones a caller should not pass (0, negative, NaN, Inf): the
 /// backends must still agree byte for byte.
 const GS_VALUES: [f32; 14] = [
@@ -133,7 +116,7 @@ fn case_strategy(max_m: usize, max_k: usize, big: bool) -> impl Strategy<Value =
                 eps,
                 seed,
             )| {
-                let format = FORMATS[fmt];
+                let format = Fp4Format::ALL[fmt];
                 let h = match k {
                     Some(k) => k * format.block_size(),
                     None => {
@@ -147,7 +130,7 @@ fn case_strategy(max_m: usize, max_k: usize, big: bool) -> impl Strategy<Value =
                 Case {
                     dtype: if f16_ { DType::F16 } else { DType::BF16 },
                     format,
-                    layout: LAYOUTS[lay],
+                    layout: ScaleLayout::ALL[lay],
                     m,
                     h,
                     x_pad,

@@ -25,8 +25,8 @@
 use fp4norm::codec::{e2m1_decode, e4m3_decode, ue8m0_decode};
 use fp4norm::layout::{row_major_len, swizzled_len, swizzled_offset};
 use fp4norm::{
-    bf16, cpu, dequantize, f16, reference, BlockSize, DType, Element, Error, Fp4Format, Fp4Out,
-    GlobalScale, MatMut, MatRef, Options, Problem, ScaleFormat, ScaleIn, ScaleLayout, ScaleOut,
+    bf16, cpu, dequantize, f16, reference, DType, Element, Error, Fp4Format, Fp4Out, GlobalScale,
+    MatMut, MatRef, Options, Problem, ScaleFormat, ScaleIn, ScaleLayout, ScaleOut,
 };
 
 /// Largest buffer (in elements) the harness allocates; larger requests get a short buffer.
@@ -280,24 +280,6 @@ fn decode_gs(inp: &mut Input<'_>, m: usize) -> GsSpec {
     }
 }
 
-const FORMATS: [Fp4Format; 4] = [
-    Fp4Format::NVFP4,
-    Fp4Format::MXFP4,
-    Fp4Format {
-        block: BlockSize::B16,
-        scale: ScaleFormat::UE8M0,
-    },
-    Fp4Format {
-        block: BlockSize::B32,
-        scale: ScaleFormat::E4M3,
-    },
-];
-const LAYOUTS: [ScaleLayout; 3] = [
-    ScaleLayout::RowMajor,
-    ScaleLayout::Swizzled,
-    ScaleLayout::Both,
-];
-
 /// One fused call, decoded from bytes.
 #[derive(Clone, Debug)]
 pub struct FusedSpec {
@@ -327,8 +309,8 @@ impl FusedSpec {
     /// Decodes one call (valid when every byte read is zero).
     pub fn decode(inp: &mut Input<'_>) -> Self {
         let f16 = inp.byte() & 1 == 1;
-        let format = inp.pick(&FORMATS);
-        let layout = inp.pick(&LAYOUTS);
+        let format = inp.pick(&Fp4Format::ALL);
+        let layout = inp.pick(&ScaleLayout::ALL);
         let with_residual = inp.byte() & 1 == 0;
         let with_y_out = inp.byte() & 1 == 1;
         let block = format.block_size();
@@ -604,7 +586,7 @@ fn dequant_value(format: Fp4Format, nibble: u8, code: u8, gs: f32) -> u32 {
 }
 
 fn run_dequant(inp: &mut Input<'_>) -> bool {
-    let format = inp.pick(&FORMATS);
+    let format = inp.pick(&Fp4Format::ALL);
     let swz = inp.byte() & 1 == 1;
     let block = format.block_size();
     let m = decode_m(inp);
@@ -667,9 +649,9 @@ fn run_dequant(inp: &mut Input<'_>) -> bool {
 /// `Problem::new` on any sizes: never panics; an accepted problem answers every query.
 pub fn run_problem(inp: &mut Input<'_>) {
     let m = decode_m(inp);
-    let format = inp.pick(&FORMATS);
+    let format = inp.pick(&Fp4Format::ALL);
     let h = decode_h(inp, format.block_size());
-    let layout = inp.pick(&LAYOUTS);
+    let layout = inp.pick(&ScaleLayout::ALL);
     let dtype = if inp.byte() & 1 == 1 {
         DType::F16
     } else {

@@ -131,24 +131,6 @@ fn small() -> bool {
     std::env::var("FP4NORM_GPU_SWEEP").is_ok_and(|v| v == "small")
 }
 
-pub const FORMATS: [Fp4Format; 4] = [
-    Fp4Format::NVFP4,
-    Fp4Format::MXFP4,
-    Fp4Format {
-        block: fp4norm::BlockSize::B16,
-        scale: fp4norm::ScaleFormat::UE8M0,
-    },
-    Fp4Format {
-        block: fp4norm::BlockSize::B32,
-        scale: fp4norm::ScaleFormat::E4M3,
-    },
-];
-pub const LAYOUTS: [ScaleLayout; 3] = [
-    ScaleLayout::RowMajor,
-    ScaleLayout::Swizzled,
-    ScaleLayout::Both,
-];
-
 /// Both presets and the mixed pairings × all layouts × M in {0, 1, 7, 127, 128, 129,
 /// 1000, 16384} × H from 16 to 32768 (non-powers of two included), with residual,
 /// y_out, per-row scales, strides, eps and value distributions varied across cases.
@@ -167,8 +149,8 @@ pub fn sweep(dtype: DType) -> Vec<Case> {
     };
     let mut out = Vec::new();
     let mut idx = 0usize;
-    for (fi, &format) in FORMATS.iter().enumerate() {
-        for (li, &layout) in LAYOUTS.iter().enumerate() {
+    for (fi, &format) in Fp4Format::ALL.iter().enumerate() {
+        for (li, &layout) in ScaleLayout::ALL.iter().enumerate() {
             for (mi, &m) in ms.iter().enumerate() {
                 for j in 0..2 {
                     let mut h = hs[(fi * 5 + li * 3 + mi * 7 + j * 11) % hs.len()];
@@ -220,7 +202,7 @@ pub fn sweep(dtype: DType) -> Vec<Case> {
 pub fn edge_cases() -> Vec<Case> {
     let mut out = Vec::new();
     for dtype in [DType::BF16, DType::F16] {
-        for (i, &format) in FORMATS.iter().enumerate() {
+        for (i, &format) in Fp4Format::ALL.iter().enumerate() {
             // (300, 16384): long rows in the throughput regime, rotated row starts
             // (FP4_ROTATE) in every layout, element-wise and without residual too.
             for (m, h) in [
@@ -235,7 +217,7 @@ pub fn edge_cases() -> Vec<Case> {
                 } else {
                     h * 2
                 };
-                let mut c = Case::new(dtype, m, h, format, LAYOUTS[i % 3]);
+                let mut c = Case::new(dtype, m, h, format, ScaleLayout::ALL[i % 3]);
                 c.special_rows = m >= 4;
                 c.y_out = true;
                 out.push(c);
@@ -282,7 +264,7 @@ pub fn edge_cases() -> Vec<Case> {
             out.push(c8);
             // The same split at a size the sanitizer runs (H = 8192: two CTAs per row for
             // any row count above the SM count), a strided view, with and without residual.
-            let mut c9 = Case::new(dtype, 300, 8192, format, LAYOUTS[i % 3]);
+            let mut c9 = Case::new(dtype, 300, 8192, format, ScaleLayout::ALL[i % 3]);
             c9.special_rows = true;
             c9.residual = i % 2 == 0;
             c9.x_pad = 8;
@@ -291,7 +273,7 @@ pub fn edge_cases() -> Vec<Case> {
             // CTA (H = 1024: 64 threads x 2 rows, two vectors per thread), and with six
             // vectors per thread re-read from L2 (H = 24576: one CTA of 512 per row).
             for (m, h) in [(300usize, 1024usize), (200, 24576)] {
-                let mut c10 = Case::new(dtype, m, h, format, LAYOUTS[(i + 1) % 3]);
+                let mut c10 = Case::new(dtype, m, h, format, ScaleLayout::ALL[(i + 1) % 3]);
                 c10.special_rows = true;
                 c10.per_row_gs = i % 2 == 0;
                 out.push(c10);
@@ -331,7 +313,7 @@ pub fn many_row_shape_cases(sms: u32) -> Vec<(Case, (u32, u32, u32))> {
     let mut out: Vec<(Case, (u32, u32, u32))> = Vec::new();
     let mut idx = 0usize;
     for dtype in [DType::BF16, DType::F16] {
-        for &format in FORMATS.iter() {
+        for &format in Fp4Format::ALL.iter() {
             for h in [2048usize, 4096, 5120, 7168, 8192, 16384, 32768] {
                 let block = format.block_size();
                 let small = launch_shape(h, block, 300, dtype, sms, true);
@@ -345,7 +327,13 @@ pub fn many_row_shape_cases(sms: u32) -> Vec<(Case, (u32, u32, u32))> {
                     {
                         continue;
                     }
-                    let mut c = Case::new(dtype, 300, h, format, LAYOUTS[idx % LAYOUTS.len()]);
+                    let mut c = Case::new(
+                        dtype,
+                        300,
+                        h,
+                        format,
+                        ScaleLayout::ALL[idx % ScaleLayout::ALL.len()],
+                    );
                     c.special_rows = true;
                     c.residual = idx % 3 != 2;
                     c.y_out = idx % 2 == 0;
