@@ -10,7 +10,7 @@
 //! ```
 //!
 //! * [`cpu`] — the fast CPU backend (rayon + vectorised loops); also re-exported at the root.
-//! * [`reference`] — the scalar reference: the spec, step by step.
+//! * [`reference`](mod@reference) — the scalar reference: the spec, step by step.
 //! * `cuda` — the GPU backend (feature `cuda`, on by default; no CUDA needed to build).
 //! * [`codec`], [`layout`] — the number formats and scale layouts every backend shares.
 //! * [`sumsq`] — the row's sum of squares and rstd: the exact sum rounded once, which every
@@ -19,7 +19,7 @@
 //! ```
 //! use fp4norm::{add_rmsnorm_fp4quant, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem, ScaleOut};
 //! use fp4norm::layout::ScaleLayout;
-//! use half::bf16;
+//! use fp4norm::bf16;
 //!
 //! let (m, h) = (4, 64);
 //! let x = vec![bf16::from_f32(0.25); m * h];
@@ -68,6 +68,12 @@ pub use dequant::{dequantize, ScaleIn};
 pub use error::{Error, Result};
 pub use format::{BlockSize, DType, Element, Fp4Format, Options, ScaleFormat};
 pub use half::{bf16, f16};
+
+// The README's Rust example is compiled and run as a doctest, with fp4norm as its only
+// dependency.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExample;
 pub use layout::ScaleLayout;
 pub use problem::Problem;
 pub use raw::{RawBuf, RawCall, RawDequant, RawGlobalScale, RawMat};
