@@ -650,6 +650,28 @@ mod lanes {
         }
     }
 
+    /// The AVX-512 packer of four vectors: every nibble pair at every position.
+    #[test]
+    fn nibble_packing_x64() {
+        if !Isa::Avx512.supported() {
+            return eprintln!("SKIPPED: no AVX-512");
+        }
+        for lo in 0u8..16 {
+            for hi in 0u8..16 {
+                for pos in 0..32 {
+                    let mut c: [u8; 64] =
+                        std::array::from_fn(|i| ((i * 5 + pos + lo as usize) % 16) as u8);
+                    c[2 * pos] = lo;
+                    c[2 * pos + 1] = hi;
+                    // SAFETY: AVX-512 checked above.
+                    let got = unsafe { avx512::lanes::pack_x64(&c) };
+                    let want: [u8; 32] = std::array::from_fn(|j| c[2 * j] | (c[2 * j + 1] << 4));
+                    assert_eq!(got, want);
+                }
+            }
+        }
+    }
+
     #[test]
     fn dtype_rounding_every_f32() {
         let ls = simd_paths();

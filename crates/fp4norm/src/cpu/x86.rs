@@ -100,6 +100,42 @@ fn is_f16<T: Element>() -> bool {
     T::DTYPE == DType::F16
 }
 
+/// The AVX-512 E2M1 lookup tables (`avx512::e2m1`), as two halves of 16 entries each.
+#[derive(Clone, Copy)]
+struct E2m1Tables {
+    interior: [__m512i; 2],
+    boundary: [__m512i; 2],
+}
+
+/// Per row: what steps 4–8 need besides the data.
+struct RowCtx<'a> {
+    format: Fp4Format,
+    rstd: f32,
+    gs: f32,
+    tables: &'a E2m1Tables,
+}
+
+/// The first table entry: `|v| >> 21` of every `|v| < 0.25` is at most this.
+const E2M1_FIRST: u32 = (0.25f32.to_bits() >> 21) - 1;
+
+/// The codes of `|v| >> 21 = r` for `r` in `E2M1_FIRST .. E2M1_FIRST + 32`, at `r % 32`:
+/// inside the interval `[r << 21, (r + 1) << 21)` and on its lower end.
+fn e2m1_table_entries() -> ([u32; 32], [u32; 32]) {
+    let (mut interior, mut boundary) = ([0u32; 32], [0u32; 32]);
+    for r in E2M1_FIRST..E2M1_FIRST + 32 {
+        let at = (r % 32) as usize;
+        boundary[at] = u32::from(crate::codec::e2m1_encode(f32::from_bits(r << 21)));
+        interior[at] = u32::from(crate::codec::e2m1_encode(f32::from_bits((r << 21) | 1)));
+    }
+    (interior, boundary)
+}
+
+/// The 4×4 transpose of an index below 16: `4k + q` ↔ `4q + k`.
+#[inline(always)]
+const fn transpose4(s: usize) -> usize {
+    (s % 4) * 4 + s / 4
+}
+
 /// Scalar `block_scale` for the blocks a vector does not cover.
 #[inline(always)]
 fn scales_tail(format: Fp4Format, amax: &[u32], gs: f32, codes: &mut [u8], inv: &mut [f32]) {
@@ -193,22 +229,64 @@ pub(super) mod avx512 {
             ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
         }
 
-        /// `e2m1_encode` of 16 lanes (the rounding of `e2m1_encode_non_nan`, NaN → 7).
-        fn e2m1(v: __m512) -> __m512i {
+        /// `e2m1_encode` of 16 lanes by table: every E2M1 decision boundary (0.25, 0.75,
+        /// 1.25, 1.75, 2.5, 3.5, 5) starts a quarter of a binade, so the bits of
+        /// `min(|v|, 8)` above the low 21 — exponent and two mantissa bits — pick the code of
+        /// the interval's interior, and an exact boundary (low 21 bits zero) the code of the
+        /// boundary itself, where the tie rule applies. Every `|v| < 0.25` lands on entry 499
+        /// (code 0), `|v| ≥ 8` and NaN (`vminps` returns its second operand) on 520 (code 7);
+        /// the sign bit is added where `v` is not NaN.
+        fn e2m1(v: __m512, t: &E2m1Tables) -> __m512i {
             let bits = _mm512_castps_si512(v);
             let abs = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFF_FFFF));
-            let a = _mm512_min_ps(_mm512_castsi512_ps(abs), _mm512_set1_ps(8.0));
-            let ab = _mm512_castps_si512(a);
-            let e = _mm512_max_epu32(_mm512_srli_epi32::<23>(ab), _mm512_set1_epi32(127));
-            let c = _mm512_slli_epi32::<23>(_mm512_add_epi32(e, _mm512_set1_epi32(22)));
-            let sum = _mm512_castps_si512(_mm512_add_ps(a, _mm512_castsi512_ps(c)));
-            let steps = _mm512_sub_epi32(sum, c);
-            let e2 = _mm512_slli_epi32::<1>(_mm512_sub_epi32(e, _mm512_set1_epi32(127)));
-            let code = _mm512_min_epu32(_mm512_add_epi32(steps, e2), _mm512_set1_epi32(7));
-            let sign = _mm512_and_si512(_mm512_srli_epi32::<28>(bits), _mm512_set1_epi32(8));
-            let code = _mm512_or_si512(code, sign);
-            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-            _mm512_mask_blend_epi32(nan, code, _mm512_set1_epi32(7))
+            let a = _mm512_castps_si512(_mm512_min_ps(_mm512_castsi512_ps(abs), _mm512_set1_ps(8.0)));
+            let idx = _mm512_max_epu32(_mm512_srli_epi32::<21>(a), _mm512_set1_epi32(E2M1_FIRST as i32));
+            let exact = _mm512_testn_epi32_mask(a, _mm512_set1_epi32(0x1F_FFFF));
+            let c = _mm512_permutex2var_epi32(t.interior[0], idx, t.interior[1]);
+            let c = _mm512_mask_mov_epi32(c, exact, _mm512_permutex2var_epi32(t.boundary[0], idx, t.boundary[1]));
+            let ord = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v);
+            // c | ((bits >> 28) & 8) where ordered: (A | (B & C)) is 0xF8.
+            _mm512_mask_ternarylogic_epi32::<0xF8>(c, ord, _mm512_srli_epi32::<28>(bits), _mm512_set1_epi32(8))
+        }
+
+        fn e2m1_tables() -> E2m1Tables {
+            let (interior, boundary) = e2m1_table_entries();
+            // SAFETY: 64-byte loads from [u32; 32] halves.
+            let ld = |t: &[u32; 32], k: usize| unsafe { _mm512_loadu_si512(t[16 * k..].as_ptr().cast()) };
+            E2m1Tables {
+                interior: [ld(&interior, 0), ld(&interior, 1)],
+                boundary: [ld(&boundary, 0), ld(&boundary, 1)],
+            }
+        }
+
+        /// Lane j of the result: the max over the lanes of `v[s]` where `s` is `j`'s 4×4
+        /// transpose (`j = 4q + k` ↔ `s = 4k + q`): a tree of 15 lane shuffles and maxima in
+        /// place of 16 horizontal reductions. Callers put block `transpose4(s)` in `v[s]`.
+        fn hmax16(v: &[__m512i; 16]) -> __m512i {
+            let mut l1 = [_mm512_setzero_si512(); 8];
+            for i in 0..8 {
+                let (a, b) = (v[2 * i], v[2 * i + 1]);
+                // 128-bit quarters: [a0 a1 b0 b1] vs [a2 a3 b2 b3]: a in the low half, b high.
+                l1[i] = _mm512_max_epu32(_mm512_shuffle_i32x4::<0x44>(a, b), _mm512_shuffle_i32x4::<0xEE>(a, b));
+            }
+            let mut l2 = [_mm512_setzero_si512(); 4];
+            for i in 0..4 {
+                let (a, b) = (l1[2 * i], l1[2 * i + 1]);
+                // [a0 a2 b0 b2] vs [a1 a3 b1 b3]: quarter q holds v[4i + q].
+                l2[i] = _mm512_max_epu32(_mm512_shuffle_i32x4::<0x88>(a, b), _mm512_shuffle_i32x4::<0xDD>(a, b));
+            }
+            let mut l3 = [_mm512_setzero_si512(); 2];
+            for i in 0..2 {
+                let (a, b) = (l2[2 * i], l2[2 * i + 1]);
+                // Quarter q: two lanes of v[8i + q], two of v[8i + 4 + q].
+                l3[i] = _mm512_max_epu32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+            }
+            let (a, b) = (_mm512_castsi512_ps(l3[0]), _mm512_castsi512_ps(l3[1]));
+            // Quarter q: [v[q], v[4 + q], v[8 + q], v[12 + q]].
+            _mm512_max_epu32(
+                _mm512_castps_si512(_mm512_shuffle_ps::<0b10_00_10_00>(a, b)),
+                _mm512_castps_si512(_mm512_shuffle_ps::<0b11_01_11_01>(a, b)),
+            )
         }
 
         /// 16 codes (one per u32 lane) packed two per byte, element 2j in the low nibble.
@@ -295,7 +373,14 @@ pub(super) mod avx512 {
             (code, _mm512_castsi512_ps(inv))
         }
 
-        /// The block scales of one row: codes and inverse scales from the amaxes.
+        fn scales_x16(format: Fp4Format, amax: __m512i, gs: f32) -> (__m512i, __m512) {
+            match format.scale {
+                ScaleFormat::E4M3 => e4m3_scales(amax, gs),
+                ScaleFormat::UE8M0 => ue8m0_scales(amax),
+            }
+        }
+
+        /// The block scales of a row's blocks: codes and inverse scales from the amaxes.
         fn scales(format: Fp4Format, amax: &[u32], gs: f32, codes: &mut [u8], inv: &mut [f32]) {
             let n = amax.len() / 16 * 16;
             for ((a, c), i) in arrays::<u32, 16>(amax)
@@ -304,10 +389,7 @@ pub(super) mod avx512 {
             {
                 // SAFETY: 64 bytes from an [u32; 16].
                 let av = unsafe { _mm512_loadu_si512(a.as_ptr().cast()) };
-                let (cv, iv) = match format.scale {
-                    ScaleFormat::E4M3 => e4m3_scales(av, gs),
-                    ScaleFormat::UE8M0 => ue8m0_scales(av),
-                };
+                let (cv, iv) = scales_x16(format, av, gs);
                 // SAFETY: 16 bytes into an [u8; 16], 64 into an [f32; 16].
                 unsafe {
                     _mm_storeu_si128(c.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(cv));
@@ -329,64 +411,165 @@ pub(super) mod avx512 {
             let (h, nb) = (p.h, p.n_blocks());
             // 16 f64 lanes, each summing H/16 squares, then 4 levels.
             let depth = h / 16 + 4;
+            let tables = e2m1_tables();
             for i in 0..t.rows {
                 let row = t.first_row + i;
                 let xr = x.row(row);
                 // Pass 1: h, written back; squares.
+                // Pass 1: h (written back), kept as f32 in the row buffer; its squares.
                 let mut acc = [_mm512_setzero_pd(); 2];
                 let hrow: &[T] = match t.residual.as_mut() {
                     Some(r) => {
                         let rr = r.row_mut(i);
-                        for (xa, ra) in arrays::<T, 16>(xr).zip(arrays_mut::<T, 16>(rr)) {
+                        for ((xa, ra), ya) in arrays::<T, 16>(xr)
+                            .zip(arrays_mut::<T, 16>(rr))
+                            .zip(arrays_mut::<f32, 16>(&mut s.y))
+                        {
                             let sum = _mm512_add_ps(widen::<T>(load_dt(xa)), widen::<T>(load_dt(ra)));
                             let (hb, hv) = round::<T>(sum);
                             store_dt(ra, hb);
+                            store_f32(ya, hv);
                             add_squares(hv, &mut acc);
                         }
                         rr
                     }
                     None => {
-                        for xa in arrays::<T, 16>(xr) {
-                            add_squares(widen::<T>(load_dt(xa)), &mut acc);
+                        for (xa, ya) in arrays::<T, 16>(xr).zip(arrays_mut::<f32, 16>(&mut s.y)) {
+                            let hv = widen::<T>(load_dt(xa));
+                            store_f32(ya, hv);
+                            add_squares(hv, &mut acc);
                         }
                         xr
                     }
                 };
                 let rstd = finish_rstd(sum_lanes(acc), depth, hrow, p.eps);
-                // Pass 2: y, y_out, block amaxes.
-                let rv = _mm512_set1_ps(rstd);
-                let mut y_out = t.y_out.as_mut().map(|o| o.row_mut(i));
-                let abs = _mm512_set1_epi32(0x7FFF_FFFF);
-                for (b, amax) in s.amax.iter_mut().enumerate() {
-                    let mut m = _mm512_setzero_si512();
-                    for k in 0..B / 16 {
-                        let at = b * B + k * 16;
-                        let hv = widen::<T>(load_dt(hrow[at..at + 16].try_into().unwrap()));
-                        let wv = load_f32(w32[at..at + 16].try_into().unwrap());
-                        let yv = _mm512_mul_ps(_mm512_mul_ps(hv, rv), wv);
-                        store_f32((&mut s.y[at..at + 16]).try_into().unwrap(), yv);
-                        if let Some(o) = y_out.as_deref_mut() {
-                            store_dt((&mut o[at..at + 16]).try_into().unwrap(), round::<T>(yv).0);
-                        }
-                        m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(yv), abs));
-                    }
-                    *amax = _mm512_reduce_max_epu32(m);
-                }
-                // Pass 3: scales, then the codes.
                 let codes = &mut t.row_major[i * nb..(i + 1) * nb];
-                scales(p.format, &s.amax, gs.row(row), codes, &mut s.inv);
                 let q = &mut t.y_fp4[i * h / 2..(i + 1) * h / 2];
-                for (b, &inv) in s.inv.iter().enumerate() {
-                    let iv = _mm512_set1_ps(inv);
-                    for k in 0..B / 16 {
-                        let at = b * B + k * 16;
-                        let yv = load_f32(s.y[at..at + 16].try_into().unwrap());
-                        let packed = pack_nibbles(e2m1(_mm512_mul_ps(yv, iv)));
-                        let dst: &mut [u8; 8] = (&mut q[at / 2..at / 2 + 8]).try_into().unwrap();
-                        // SAFETY: 8 bytes into an [u8; 8].
-                        unsafe { _mm_storel_epi64(dst.as_mut_ptr().cast(), packed) };
-                    }
+                let ctx = RowCtx {
+                    format: p.format,
+                    rstd,
+                    gs: gs.row(row),
+                    tables: &tables,
+                };
+                match t.y_out.as_mut() {
+                    Some(o) => quantize_row::<T, B, true>(&ctx, w32, o.row_mut(i), s, codes, q),
+                    None => quantize_row::<T, B, false>(&ctx, w32, &mut [], s, codes, q),
                 }
+            }
+        }
+
+        /// y for one block's `B / 16` vectors, from `h` (f32) in `y`, in place (and to
+        /// `y_out` if `YO`); returns the lane-wise max of `|y|`'s bits.
+        fn block_y<T: Element, const B: usize, const YO: bool>(
+            rv: __m512,
+            w: &[f32],
+            y: &mut [f32],
+            y_out: &mut [T],
+        ) -> __m512i {
+            let mut m = _mm512_setzero_si512();
+            for k in 0..B / 16 {
+                let r = k * 16..k * 16 + 16;
+                let hv = load_f32(y[r.clone()].try_into().unwrap());
+                let yv = _mm512_mul_ps(_mm512_mul_ps(hv, rv), load_f32(w[r.clone()].try_into().unwrap()));
+                store_f32((&mut y[r.clone()]).try_into().unwrap(), yv);
+                if YO {
+                    store_dt((&mut y_out[r]).try_into().unwrap(), round::<T>(yv).0);
+                }
+                m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(yv), _mm512_set1_epi32(0x7FFF_FFFF)));
+            }
+            m
+        }
+
+        /// E2M1 codes of one block's `y · inv`, packed into `q` (`B / 2` bytes).
+        fn block_q<const B: usize>(iv: __m512, y: &[f32], q: &mut [u8], t: &E2m1Tables) {
+            for k in 0..B / 16 {
+                let yv = load_f32(y[k * 16..k * 16 + 16].try_into().unwrap());
+                let packed = pack_nibbles(e2m1(_mm512_mul_ps(yv, iv), t));
+                let dst: &mut [u8; 8] = (&mut q[k * 8..k * 8 + 8]).try_into().unwrap();
+                // SAFETY: 8 bytes into an [u8; 8].
+                unsafe { _mm_storel_epi64(dst.as_mut_ptr().cast(), packed) };
+            }
+        }
+
+        /// 64 codes (four vectors of u32 lanes, consecutive elements) packed into 32 bytes.
+        fn pack_nibbles4(c: [__m512i; 4]) -> __m256i {
+            // Lane k's dword: bytes c0[k] c1[k] c2[k] c3[k] (each code < 16).
+            let u = _mm512_ternarylogic_epi32::<0xFE>(
+                c[0],
+                _mm512_slli_epi32::<8>(c[1]),
+                _mm512_slli_epi32::<16>(c[2]),
+            );
+            let u = _mm512_or_si512(u, _mm512_slli_epi32::<24>(c[3]));
+            // 64-bit lane j: the low dword's byte i becomes packed byte j of vector i.
+            let u = _mm512_or_si512(u, _mm512_srli_epi64::<28>(u));
+            // In each 128-bit lane (j = 2L, 2L + 1): word i = vector i's bytes j, j + 1.
+            let pairs = _mm512_set4_epi32(
+                -1,
+                -1,
+                0x0B03_0A02_u32 as i32,
+                0x0901_0800_u32 as i32,
+            );
+            let w = _mm512_shuffle_epi8(u, pairs);
+            // Word 8L + i → output word 4i + L.
+            let idx = _mm512_set_epi16(
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // high half unused
+                27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0,
+            );
+            _mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, w))
+        }
+
+        /// Steps 4–8 of one row: 16 blocks at a time, the amaxes of all 16 reduced by one
+        /// tree ([`hmax16`]) and their scales computed as one vector; the remaining
+        /// `nb % 16` blocks one by one. `s.y` holds h (f32) on entry.
+        fn quantize_row<T: Element, const B: usize, const YO: bool>(
+            c: &RowCtx<'_>,
+            w32: &[f32],
+            y_out: &mut [T],
+            s: &mut Scratch,
+            codes: &mut [u8],
+            q: &mut [u8],
+        ) {
+            let nb = w32.len() / B;
+            let rv = _mm512_set1_ps(c.rstd);
+            let (n16, sb) = (nb / 16 * 16, 16 * B);
+            for g in 0..nb / 16 {
+                let r = g * sb..(g + 1) * sb;
+                let (w, y) = (&w32[r.clone()], &mut s.y[r.clone()]);
+                let yo: &mut [T] = if YO { &mut y_out[r] } else { &mut [] };
+                let mut m = [_mm512_setzero_si512(); 16];
+                for (slot, mv) in m.iter_mut().enumerate() {
+                    let j = transpose4(slot) * B;
+                    let yo_j: &mut [T] = if YO { &mut yo[j..j + B] } else { &mut [] };
+                    *mv = block_y::<T, B, YO>(rv, &w[j..j + B], &mut y[j..j + B], yo_j);
+                }
+                let (cv, inv) = scales_x16(c.format, hmax16(&m), c.gs);
+                let dst: &mut [u8; 16] = (&mut codes[g * 16..g * 16 + 16]).try_into().unwrap();
+                // SAFETY: 16 bytes into an [u8; 16].
+                unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(cv)) };
+                let qg = &mut q[g * sb / 2..(g + 1) * sb / 2];
+                // Four vectors (64 elements) at a time; vector v belongs to block v / (B / 16).
+                for v4 in 0..B / 4 {
+                    let cs: [__m512i; 4] = std::array::from_fn(|u| {
+                        let v = 4 * v4 + u;
+                        let iv = _mm512_permutexvar_ps(_mm512_set1_epi32((v / (B / 16)) as i32), inv);
+                        let yv = load_f32(y[16 * v..16 * v + 16].try_into().unwrap());
+                        e2m1(_mm512_mul_ps(yv, iv), c.tables)
+                    });
+                    let dst: &mut [u8; 32] = (&mut qg[32 * v4..32 * v4 + 32]).try_into().unwrap();
+                    // SAFETY: 32 bytes into an [u8; 32].
+                    unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), pack_nibbles4(cs)) };
+                }
+            }
+            for b in n16..nb {
+                let r = b * B..(b + 1) * B;
+                let yo: &mut [T] = if YO { &mut y_out[r.clone()] } else { &mut [] };
+                let m = block_y::<T, B, YO>(rv, &w32[r.clone()], &mut s.y[r], yo);
+                s.amax[b] = _mm512_reduce_max_epu32(m);
+            }
+            scales(c.format, &s.amax[n16..nb], c.gs, &mut codes[n16..], &mut s.inv[n16..nb]);
+            for b in n16..nb {
+                let iv = _mm512_set1_ps(s.inv[b]);
+                block_q::<B>(iv, &s.y[b * B..(b + 1) * B], &mut q[b * B / 2..(b + 1) * B / 2], c.tables);
             }
         }
     }
@@ -400,13 +583,23 @@ pub(super) mod avx512 {
         kernel! {
             pub(crate) fn e2m1_x16(v: &[f32; 16], out: &mut [u8; 16]) {
                 // SAFETY: 16 bytes into an [u8; 16].
-                unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(e2m1(load_f32(v)))) }
+                let c = e2m1(load_f32(v), &e2m1_tables());
+                unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(c)) }
             }
             pub(crate) fn pack_x16(c: &[u8; 16]) -> [u8; 8] {
                 // SAFETY: 16 bytes from an [u8; 16]; 8 into an [u8; 8].
                 let v = unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(c.as_ptr().cast())) };
                 let mut out = [0u8; 8];
                 unsafe { _mm_storel_epi64(out.as_mut_ptr().cast(), pack_nibbles(v)) };
+                out
+            }
+            pub(crate) fn pack_x64(c: &[u8; 64]) -> [u8; 32] {
+                // SAFETY: 4 × 16 bytes from an [u8; 64]; 32 into an [u8; 32].
+                let v: [__m512i; 4] = std::array::from_fn(|k| unsafe {
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128(c[16 * k..].as_ptr().cast()))
+                });
+                let mut out = [0u8; 32];
+                unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), pack_nibbles4(v)) };
                 out
             }
             pub(crate) fn round_x16<T: Element>(v: &[f32; 16], out: &mut [T; 16], back: &mut [f32; 16]) {
