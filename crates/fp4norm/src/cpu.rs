@@ -162,8 +162,12 @@ fn run<T: Element>(
                 let first = t * SWIZZLE_ROWS;
                 for r in 0..SWIZZLE_ROWS.min(p.m - first) {
                     let codes = &row_major[(first + r) * nb..(first + r + 1) * nb];
-                    for (blk, &c) in codes.iter().enumerate() {
-                        tile[swizzled_offset(r, blk, nb)] = c;
+                    // Blocks 4k..4k+3 of a row are 4 consecutive bytes of the tile, 512
+                    // bytes after those of blocks 4k-4..4k-1 (SPEC.md §3).
+                    let at = swizzled_offset(r, 0, nb);
+                    for (k, c) in codes.chunks(4).enumerate() {
+                        let o = at + k * SWIZZLE_TILE_BYTES;
+                        tile[o..o + c.len()].copy_from_slice(c);
                     }
                 }
             });
