@@ -717,8 +717,11 @@ pub(super) mod avx2 {
             let e = _mm256_max_epu32(_mm256_srli_epi32::<23>(ab), set1(127));
             let c = _mm256_slli_epi32::<23>(_mm256_add_epi32(e, set1(22)));
             let sum = _mm256_castps_si256(_mm256_add_ps(a, _mm256_castsi256_ps(c)));
-            let steps = _mm256_sub_epi32(sum, c);
-            let e2 = _mm256_slli_epi32::<1>(_mm256_sub_epi32(e, set1(127)));
+            // a + C < 2C: the sum keeps C's exponent, so the grid steps above C are its
+            // mantissa bits (the scalar code's `sum - C`), without a subtraction that
+            // LLVM would fold with 2 (e - 127) into a slow vpmulld.
+            let steps = _mm256_and_si256(sum, set1(0x7F_FFFF));
+            let e2 = _mm256_sub_epi32(_mm256_slli_epi32::<1>(e), set1(254));
             let code = _mm256_min_epu32(_mm256_add_epi32(steps, e2), set1(7));
             let sign = _mm256_and_si256(_mm256_srli_epi32::<28>(bits), set1(8));
             select(is_nan(v), set1(7), _mm256_or_si256(code, sign))
