@@ -6,7 +6,7 @@
 //! timings, e.g. `FP4NORM_CPU_ISA=portable fp4norm verify`. A request the CPU cannot run
 //! falls back to the best path below it. The SIMD paths are compiled with Rust 1.89 or
 //! later (`build.rs`); an older compiler has the portable path only. Unit tests force a path per call and thread
-//! ([`with_isa`]), so every path is compared with the reference on one machine.
+//! (`with_isa`), so every path is compared with the reference on one machine.
 
 use std::sync::OnceLock;
 

@@ -1,17 +1,22 @@
 //! x86-64 row kernels: AVX-512 (16 lanes) and AVX2 (8 lanes), byte-identical to
 //! [`crate::reference`].
 //!
-//! Each row takes three passes, as the portable path does:
+//! Each row takes these steps:
 //!
-//! 1. `h = RNdt(x + r)` (written back to `r`), widened to f32, and the sum of its squares
-//!    in f64 lanes — the f64 square of an f32 is exact (24-bit significands), so a fused
-//!    multiply-add `h·h + acc` rounds exactly as the separate add would; the lanes' sum
-//!    has a known depth and goes through [`rstd_if_decided`], with the exact sum where it
-//!    cannot decide (SPEC.md §1.2, `crate::sumsq`);
-//! 2. `y = RN32(RN32(h · rstd) · w)` (two multiplies, never fused), stored to a row
-//!    buffer with `y_out`, and each block's amax as the integer max of `|y|`'s bits (NaN
-//!    above +Inf, so NaN propagates);
-//! 3. the block scales, a whole vector of blocks at a time, then `E2M1(y · inv)`, packed.
+//! 1. `h = RNdt(x + r)` (written back to `r`), widened to f32 and kept in the row buffer,
+//!    and the sum of its squares in f64 lanes — the f64 square of an f32 is exact (24-bit
+//!    significands), so a fused multiply-add `h·h + acc` rounds exactly as the separate
+//!    add would; the lanes' sum has a known depth and goes through [`rstd_if_decided`],
+//!    with the exact sum where it cannot decide (SPEC.md §1.2, `crate::sumsq`);
+//! 2. `y = RN32(RN32(h · rstd) · w)` (two multiplies, never fused), with `y_out`, and each
+//!    block's amax as the integer max of `|y|`'s bits (NaN above +Inf, so NaN propagates);
+//! 3. the block scales a vector of blocks at a time, then `E2M1(y · inv)`, packed.
+//!
+//! AVX-512 runs steps 2–3 on 16 blocks at a time: one transpose tree reduces their 16
+//! amaxes into one vector (`avx512::hmax16`), whose scales are one vector operation; its
+//! E2M1 is a table lookup (`avx512::e2m1`). AVX2 reduces each block on its own (the same
+//! structure was tried there and gained nothing) and rounds E2M1 with the float adder as
+//! `codec::e2m1_encode_non_nan` does.
 //!
 //! Every lane operation is the IEEE operation or the integer formula of the scalar code
 //! it replaces (`crate::codec`, `reference::block_scale`), lane for lane: the same
@@ -519,7 +524,7 @@ pub(super) mod avx512 {
         }
 
         /// Steps 4–8 of one row: 16 blocks at a time, the amaxes of all 16 reduced by one
-        /// tree ([`hmax16`]) and their scales computed as one vector; the remaining
+        /// tree (`hmax16`) and their scales computed as one vector; the remaining
         /// `nb % 16` blocks one by one. `s.y` holds h (f32) on entry.
         fn quantize_row<T: Element, const B: usize, const YO: bool>(
             c: &RowCtx<'_>,
