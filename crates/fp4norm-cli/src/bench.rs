@@ -5,12 +5,11 @@ use std::io::Write;
 use std::time::Instant;
 
 use fp4norm::{DType, Fp4Format, Options, ScaleLayout};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::backend::{self, median, Backend, CopyBaseline, Device, HostBackend, Prepared};
-use crate::case::{compare, Case, Gs};
+use crate::case::{compare, Case, Gs, Outputs};
 use crate::CliError;
 
 const DEFAULT_M: &[usize] = &[1, 16, 128, 1024, 4096, 16384];
@@ -20,8 +19,9 @@ const DEFAULT_M_GPU: &[usize] = &[1, 16, 128, 1024, 4096, 16384];
 const DEFAULT_H_GPU: &[usize] = &[2048, 4096, 5120, 7168, 8192, 16384, 32768];
 const QUICK_M: &[usize] = &[1, 256];
 const QUICK_H: &[usize] = &[2048, 7168];
-/// Shapes up to this many elements are checked on every row; larger ones on three tiles.
-const FULL_CHECK_ELEMS: usize = 1 << 22;
+/// Shapes up to this many elements are checked by one reference call; larger ones in
+/// parts of about this many elements (whole 128-row tiles), the parts in parallel.
+const CHECK_PART_ELEMS: usize = 1 << 22;
 /// Shapes moving at least this many bytes also get a copy of their own size timed (GPU).
 const SAME_SIZE_COPY_MIN: u64 = 32 << 20;
 
@@ -34,8 +34,8 @@ divided by the median time of the timed calls. A plain copy of a large buffer, m
 same device in the same run (bytes read + written), is the yardstick ('vs copy').\n\n\
 Each shape gets fresh random inputs (never zero). Before timing, every output of one call \
 (packed FP4, scales including swizzle padding, updated residual, y_out) is compared byte for \
-byte with fp4norm::reference on the same inputs; shapes above 4M elements are checked on three \
-128-row tiles. Any MISMATCH makes the exit status 1.\n\n\
+byte with fp4norm::reference on the same inputs, every row of every shape (large shapes in parts of \
+whole 128-row tiles, the reference running on all cores). Any MISMATCH makes the exit status 1.\n\n\
 The default table (6 M x 6 H x nvfp4, mxfp4) takes about a minute on 2 cores; --quick runs \
 a few small shapes for CI. The table goes to stdout, progress (one line per shape) to stderr."
 )]
@@ -142,7 +142,7 @@ struct Row {
     copy_same_bytes_gb_per_s: Option<f64>,
     /// "ok", "MISMATCH" or "skipped".
     check: String,
-    /// Rows compared with the reference (all M, or three 128-row tiles).
+    /// Rows compared with the reference (all M unless skipped or a mismatch stopped the check).
     rows_checked: usize,
     mismatch: Option<String>,
 }
@@ -283,7 +283,6 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
 
     let total_shapes = ms.len() * hs.len();
     let mut rows = Vec::new();
-    let mut rng = StdRng::seed_from_u64(a.seed ^ 0xC0FFEE);
     let start = Instant::now();
     let mut shape_idx = 0;
     for &m in &ms {
@@ -307,8 +306,7 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
                     for &format in &formats {
                         case.layout = layout;
                         case.opts = opts.with_format(format);
-                        let row =
-                            bench_one(&*backend, &case, &a, do_check, target_s, &copy, &mut rng)?;
+                        let row = bench_one(&*backend, &case, &a, do_check, target_s, &copy)?;
                         let mut label = format.to_string();
                         if a.layouts.len() > 1 {
                             label = format!("{label}/{layout}");
@@ -379,9 +377,9 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
         writeln!(
             out,
             "check: each row's outputs (packed FP4, scales incl. swizzle padding, residual, y_out) from one call \
-             compared byte for byte with fp4norm::reference on the same inputs; shapes above {}M elements on three \
-             128-row tiles (first, a random middle one, last).",
-            FULL_CHECK_ELEMS >> 20
+             compared byte for byte with fp4norm::reference on the same inputs, every row (shapes above {}M elements \
+             in parts of whole 128-row tiles, the reference on all cores).",
+            CHECK_PART_ELEMS >> 20
         )?;
     }
     writeln!(
@@ -475,13 +473,12 @@ fn bench_one(
     do_check: bool,
     target_s: f64,
     copy: &CopyBaseline,
-    rng: &mut StdRng,
 ) -> Result<Row, CliError> {
     let p = case.problem()?;
     let mut prep = backend.prepare(case)?;
     let (check, rows_checked, mismatch) = if do_check {
         prep.run_once()?;
-        match check_against_reference(case, &*prep, rng)? {
+        match check_against_reference(case, &*prep)? {
             (rows, None) => ("ok".to_string(), rows, None),
             (rows, Some(m)) => ("MISMATCH".to_string(), rows, Some(m)),
         }
@@ -550,61 +547,72 @@ fn bench_one(
     })
 }
 
-/// Runs the reference on the same inputs (all rows, or three 128-row tiles of a large
-/// shape) and compares. Returns the rows checked and the first mismatch.
+/// Runs the reference on the same inputs and compares every row. A large shape goes in
+/// parts of whole 128-row tiles (a swizzled layout splits at tile bounds), a wave of as
+/// many parts as there are threads at a time: the backend's outputs of the wave are read
+/// on this thread (a GPU context is bound to it), then the reference runs on the parts in
+/// parallel. Returns the rows checked and the first mismatch.
 fn check_against_reference(
     case: &Case,
     prep: &dyn Prepared,
-    rng: &mut StdRng,
 ) -> Result<(usize, Option<String>), CliError> {
     let m = case.m;
-    let ranges: Vec<(usize, usize)> = if m * case.h <= FULL_CHECK_ELEMS {
-        vec![(0, m)]
-    } else {
-        let tiles = m.div_ceil(128);
-        let mut t = vec![0, tiles - 1];
-        if tiles > 2 {
-            t.insert(1, rng.random_range(1..tiles - 1));
-        }
-        t.dedup();
-        t.into_iter()
-            .map(|t| (t * 128, 128.min(m - t * 128)))
-            .collect()
-    };
-    let reference = HostBackend::reference();
+    if m * case.h <= CHECK_PART_ELEMS {
+        return Ok((m, check_part(case, 0, m, prep.outputs()?)?));
+    }
+    let part = (CHECK_PART_ELEMS / case.h).div_ceil(128).max(1) * 128;
+    let starts: Vec<usize> = (0..m).step_by(part).collect();
     let mut rows = 0;
-    for (start, len) in ranges {
-        rows += len;
-        let sub = if (start, len) == (0, m) {
-            case.clone()
-        } else {
-            case.rows(start, len)
-        };
-        let mut p = reference.prepare(&sub)?;
-        if let Err(e) = p.run_once() {
-            return Ok((
-                rows,
-                Some(format!(
-                    "the reference rejects this case ({e}) but the backend ran it"
-                )),
-            ));
-        }
-        let expected = p.outputs()?;
-        let got_sub = if (start, len) == (0, m) {
-            prep.outputs()?
-        } else {
-            prep.outputs_rows(start, len)?
-        };
-        if let Some(mm) = compare(&sub, &expected, &got_sub) {
-            let at = if start == 0 {
-                String::new()
-            } else {
-                format!(" (rows counted from {start})")
-            };
-            return Ok((rows, Some(format!("{mm}{at}"))));
+    for wave in starts.chunks(rayon::current_num_threads().max(1)) {
+        let got = wave
+            .iter()
+            .map(|&s| {
+                let len = part.min(m - s);
+                Ok((s, len, prep.outputs_rows(s, len)?))
+            })
+            .collect::<Result<Vec<_>, CliError>>()?;
+        let verdicts = got
+            .into_par_iter()
+            .map(|(s, len, g)| check_part(case, s, len, g))
+            .collect::<Vec<_>>();
+        for (v, &s) in verdicts.into_iter().zip(wave) {
+            rows += part.min(m - s);
+            if let Some(mm) = v? {
+                return Ok((rows, Some(mm)));
+            }
         }
     }
     Ok((rows, None))
+}
+
+/// The reference on rows `start .. start + len` of `case`, compared with `got` (the
+/// backend's outputs of those rows): the first mismatch, if any.
+fn check_part(
+    case: &Case,
+    start: usize,
+    len: usize,
+    got: Outputs,
+) -> Result<Option<String>, CliError> {
+    let sub = if (start, len) == (0, case.m) {
+        case.clone()
+    } else {
+        case.rows(start, len)
+    };
+    let reference = HostBackend::reference();
+    let mut p = reference.prepare(&sub)?;
+    if let Err(e) = p.run_once() {
+        return Ok(Some(format!(
+            "the reference rejects this case ({e}) but the backend ran it"
+        )));
+    }
+    let expected = p.outputs()?;
+    Ok(compare(&sub, &expected, &got).map(|mm| {
+        if start == 0 {
+            mm.to_string()
+        } else {
+            format!("{mm} (rows counted from {start})")
+        }
+    }))
 }
 
 fn fmt_us(us: f64) -> String {

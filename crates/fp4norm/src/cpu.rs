@@ -1,7 +1,21 @@
-//! The fast CPU backend: rows in parallel (rayon), straight-line loops the compiler
-//! vectorises. Byte-identical to [`crate::reference`] (tested on random data and edge cases).
+//! The fast CPU backend: rows in parallel (rayon), each row computed with explicit SIMD
+//! where the CPU has it (AVX-512 or AVX2 on x86-64, chosen at run time: `isa`, `x86`),
+//! else with straight-line loops the compiler vectorises (the portable path, below).
+//! Every path is byte-identical to [`crate::reference`] (tested per path in `cpu::tests`,
+//! on random data and edge cases, and lane functions over every input).
 
 use rayon::prelude::*;
+
+mod isa;
+#[cfg(test)]
+mod tests;
+// Compiled only where build.rs saw Rust 1.89+ (AVX-512 intrinsics), whatever the
+// workspace's rust-version admits.
+#[cfg(all(target_arch = "x86_64", fp4norm_simd))]
+#[clippy::msrv = "1.89"]
+mod x86;
+
+use isa::Isa;
 
 use crate::codec::{e2m1_encode, e2m1_encode_non_nan};
 use crate::layout::{swizzled_col_tiles, swizzled_offset, SWIZZLE_ROWS, SWIZZLE_TILE_BYTES};
@@ -132,16 +146,26 @@ pub(crate) fn run_checked<T: Element>(
         })
         .collect();
 
-    let run_task = match p.format.block {
-        BlockSize::B16 => {
-            process_task::<T, 16>
-                as fn(&Problem, Task<'_, T>, &MatRef<'_, T>, &[T], &GlobalScale<'_>)
-        }
-        BlockSize::B32 => process_task::<T, 32>,
-    };
-    tasks
-        .into_par_iter()
-        .for_each(|t| run_task(&p, t, &x, w, &gs));
+    // The path is read here, on the calling thread (a test may have forced one), and
+    // handed to the workers.
+    let isa = Isa::for_call();
+    if isa == Isa::Portable {
+        let run_task = match p.format.block {
+            BlockSize::B16 => {
+                process_task::<T, 16>
+                    as fn(&Problem, Task<'_, T>, &MatRef<'_, T>, &[T], &GlobalScale<'_>)
+            }
+            BlockSize::B32 => process_task::<T, 32>,
+        };
+        tasks
+            .into_par_iter()
+            .for_each(|t| run_task(&p, t, &x, w, &gs));
+    } else {
+        let w32: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+        tasks
+            .into_par_iter()
+            .for_each(|t| simd_task(isa, &p, t, &x, &w32, &gs));
+    }
     if let Some(sw) = swizzled {
         let tile_bytes = swizzled_col_tiles(nb) * SWIZZLE_TILE_BYTES;
         sw.par_chunks_mut(tile_bytes)
@@ -151,13 +175,35 @@ pub(crate) fn run_checked<T: Element>(
                 let first = t * SWIZZLE_ROWS;
                 for r in 0..SWIZZLE_ROWS.min(p.m - first) {
                     let codes = &row_major[(first + r) * nb..(first + r + 1) * nb];
-                    for (blk, &c) in codes.iter().enumerate() {
-                        tile[swizzled_offset(r, blk, nb)] = c;
+                    // Blocks 4k..4k+3 of a row are 4 consecutive bytes of the tile, 512
+                    // bytes after those of blocks 4k-4..4k-1 (SPEC.md §3).
+                    let at = swizzled_offset(r, 0, nb);
+                    for (k, c) in codes.chunks(4).enumerate() {
+                        let o = at + k * SWIZZLE_TILE_BYTES;
+                        tile[o..o + c.len()].copy_from_slice(c);
                     }
                 }
             });
     }
     Ok(())
+}
+
+/// One task on a SIMD path (`isa` is supported and not `Portable`).
+fn simd_task<T: Element>(
+    isa: Isa,
+    p: &Problem,
+    t: Task<'_, T>,
+    x: &MatRef<'_, T>,
+    w32: &[f32],
+    gs: &GlobalScale<'_>,
+) {
+    #[cfg(all(target_arch = "x86_64", fp4norm_simd))]
+    x86::task(isa, p, t, x, w32, gs);
+    #[cfg(not(all(target_arch = "x86_64", fp4norm_simd)))]
+    {
+        let _ = (p, t, x, w32, gs);
+        unreachable!("{isa:?} is never selected on this architecture");
+    }
 }
 
 fn process_task<T: Element, const B: usize>(
