@@ -163,7 +163,48 @@ struct Report {
     all_ok: bool,
 }
 
+impl BenchArgs {
+    /// The checks of the command line that clap's parsers cannot make alone (they relate
+    /// several options): a failure is a bad command line, exit status 2, before any work.
+    pub fn check_usage(&self) -> Result<(), String> {
+        if let Some(&m) = self.m.iter().find(|&&m| m == 0) {
+            return Err(format!(
+                "--m {m}: M must be at least 1 (M = 0 moves no bytes)"
+            ));
+        }
+        let formats = if self.formats.is_empty() {
+            &[Fp4Format::NVFP4, Fp4Format::MXFP4][..]
+        } else {
+            &self.formats[..]
+        };
+        for &h in &self.h {
+            for f in formats {
+                if h == 0 || h % f.block_size() != 0 {
+                    return Err(format!(
+                        "--h {h} does not fit format {f}: H must be a positive multiple of its block size {}",
+                        f.block_size()
+                    ));
+                }
+            }
+        }
+        if self.reps == Some(0) {
+            return Err("--reps must be at least 1".into());
+        }
+        if self.copy_mib == Some(0) {
+            return Err("--copy-mib must be at least 1".into());
+        }
+        if !self.eps.is_finite() || self.eps < 0.0 {
+            return Err(format!(
+                "--eps {}: eps must be finite and >= 0 (the usual value is 1e-6)",
+                self.eps
+            ));
+        }
+        Ok(())
+    }
+}
+
 pub fn run(a: BenchArgs) -> Result<bool, CliError> {
+    a.check_usage().map_err(CliError)?;
     let backend = backend::open(a.device)?;
     let gpu = backend.name() == "cuda";
     let ms = pick(
@@ -189,33 +230,7 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
     };
     let do_check = a.check || !a.no_check; // the last of --check / --no-check wins
     let target_s = if a.quick { 0.02 } else { 0.15 };
-    if let Some(&m) = ms.iter().find(|&&m| m == 0) {
-        return Err(CliError(format!(
-            "--m {m}: M must be at least 1 (M = 0 moves no bytes)"
-        )));
-    }
-    for &h in &hs {
-        for f in &formats {
-            if h == 0 || h % f.block_size() != 0 {
-                return Err(CliError(format!(
-                    "--h {h} does not fit format {f}: H must be a positive multiple of its block size {}",
-                    f.block_size()
-                )));
-            }
-        }
-    }
-    if a.reps == Some(0) {
-        return Err(CliError("--reps must be at least 1".into()));
-    }
     let opts = Options::default().with_eps(a.eps);
-    // Validates eps (and the first shape) before any long work.
-    fp4norm::Problem::new(
-        ms[0],
-        hs[0],
-        a.dtypes[0],
-        a.layouts[0],
-        &opts.with_format(formats[0]),
-    )?;
 
     let json_stdout = a.json.as_deref() == Some("-");
     // Open the JSON file now, so that a bad path fails before a long run.
@@ -239,9 +254,6 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
     } else {
         512
     }) << 20;
-    if copy_bytes == 0 {
-        return Err(CliError("--copy-mib must be at least 1".into()));
-    }
     eprintln!("measuring the copy baseline ({} MiB)...", copy_bytes >> 20);
     let copy = backend.copy_baseline(copy_bytes, if a.quick { 5 } else { 10 })?;
 

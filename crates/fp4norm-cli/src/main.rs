@@ -63,6 +63,20 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Option values that contradict each other are a bad command line too (exit status 2,
+    // as --help says), found before any work.
+    if let Command::Bench(args) = &cli.command {
+        if let Err(msg) = args.check_usage() {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            let bench = cmd
+                .find_subcommand_mut("bench")
+                .expect("the bench subcommand");
+            bench
+                .error(clap::error::ErrorKind::ValueValidation, msg)
+                .exit();
+        }
+    }
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Verify(args) => verify::run(args),
@@ -111,5 +125,28 @@ mod tests {
         assert!(matches!(cli.command, Command::Bench(_)));
         assert!(Cli::try_parse_from(["fp4norm", "bench", "--format", "fp5"]).is_err());
         assert!(Cli::try_parse_from(["fp4norm", "bench", "--device", "tpu"]).is_err());
+    }
+
+    #[test]
+    fn contradicting_values_are_usage_errors() {
+        for args in [
+            &["--m", "0"][..],
+            &["--h", "100"],
+            &["--h", "48", "--format", "mxfp4"],
+            &["--reps", "0"],
+            &["--copy-mib", "0"],
+            &["--eps", "-1"],
+        ] {
+            let cli = Cli::try_parse_from(["fp4norm", "bench"].iter().chain(args)).unwrap();
+            let Command::Bench(b) = cli.command else {
+                unreachable!()
+            };
+            assert!(b.check_usage().is_err(), "{args:?} accepted");
+        }
+        let cli = Cli::try_parse_from(["fp4norm", "bench", "--h", "48"]).unwrap();
+        let Command::Bench(b) = cli.command else {
+            unreachable!()
+        };
+        assert!(b.check_usage().unwrap_err().contains("mxfp4"));
     }
 }
