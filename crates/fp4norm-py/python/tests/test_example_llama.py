@@ -188,7 +188,10 @@ def test_every_fp4norm_call_in_the_forward_matches_the_reference(setup, monkeypa
 
 
 def test_global_scales_are_448x6_over_amax_of_hf_norm_outputs(setup):
-    """Against HF's own LlamaForCausalLM.forward (not the example's forward), with hooks."""
+    """Against HF's own LlamaForCausalLM.forward (not the example's forward), with hooks.
+    Exact on the CPU, where both forwards give the same bytes; on CUDA HF's forward takes
+    another attention kernel (causal flash vs masked), so the amaxes may differ by a few
+    bf16 ulps."""
     s = setup
     seen = {}
     norms = ex.norm_modules(s.hf)
@@ -205,7 +208,11 @@ def test_global_scales_are_448x6_over_amax_of_hf_norm_outputs(setup):
     for k in range(len(norms)):
         want = np.float32(448.0 * 6.0 / seen[k])
         got = s.fp4.global_scale(k).cpu().numpy()
-        assert got.shape == (1,) and got.dtype == np.float32 and got[0] == want, (k, got, want)
+        assert got.shape == (1,) and got.dtype == np.float32, (k, got)
+        if s.device.type == "cpu":
+            assert got[0] == want, (k, got, want)
+        else:
+            assert abs(got[0] / want - 1) <= 0.02, (k, got, want)
 
 
 def test_logits_agree_with_the_unquantised_model_within_tolerance(setup):
