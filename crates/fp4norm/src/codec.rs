@@ -233,6 +233,121 @@ pub fn f32_to_f16_bits(v: f32) -> u16 {
     out | sign
 }
 
+/// The largest finite E5M2 magnitude (SPEC.md §8): `1.75 · 2^15`.
+pub const E5M2_MAX: f32 = 57344.0;
+
+/// The NaN code the E5M2 encoder writes (`0x7D`–`0x7F` and `0xFD`–`0xFF` are all NaN).
+pub const E5M2_NAN: u8 = 0x7F;
+
+/// Encodes an f32 as E5M2 (SPEC.md §8: bias 15, 2 mantissa bits, min normal 2^-14,
+/// subnormal step 2^-16): NaN → `0x7F`; round to nearest, ties to even, over all finite
+/// E5M2 values including subnormals; magnitudes above 57344 and ±Inf saturate to ±57344
+/// (`0x7B`/`0xFB`), so the encoder never writes the infinity codes `0x7C`/`0xFC`. The sign
+/// bit is the sign bit of `v`, also when the result is zero (`-0.0 → 0x80`).
+///
+/// ```
+/// use fp4norm::codec::{e5m2_decode, e5m2_encode};
+/// assert_eq!(e5m2_encode(1.0), 0x3C);
+/// assert_eq!(e5m2_encode(57344.0), 0x7B);
+/// assert_eq!(e5m2_encode(f32::NEG_INFINITY), 0xFB); // saturates, never -Inf
+/// assert_eq!(e5m2_encode(2f32.powi(-16)), 0x01); // smallest subnormal
+/// assert_eq!(e5m2_encode(f32::NAN), 0x7F);
+/// assert_eq!(e5m2_decode(e5m2_encode(1.25)), 1.25);
+/// ```
+#[inline(always)]
+pub fn e5m2_encode(v: f32) -> u8 {
+    let bits = v.to_bits();
+    let sign = ((bits >> 24) & 0x80) as u8;
+    let abs_bits = bits & 0x7FFF_FFFF;
+    if abs_bits > 0x7F80_0000 {
+        return E5M2_NAN;
+    }
+    let a = f32::from_bits(abs_bits);
+    if a >= E5M2_MAX {
+        return sign | 0x7B;
+    }
+    if abs_bits < 0x3880_0000 {
+        // Below 2^-14, the smallest normal: multiples of 2^-16. Scaling by 2^16 is exact
+        // and rounding ties to even gives the subnormal code; 4 is the code of 2^-14.
+        return sign | (a * 65536.0).round_ties_even() as u8;
+    }
+    // Normal: rebias the exponent (127 → 15) and keep 2 mantissa bits, rounding the 21
+    // dropped bits to nearest even; a carry bumps the exponent. Above the largest finite
+    // value (57344 < a < 61440 rounds to it anyway) the code saturates.
+    let rebiased = abs_bits - ((127 - 15) << 23);
+    let rounded = (rebiased + 0xF_FFFF + ((rebiased >> 21) & 1)) >> 21;
+    sign | rounded.min(0x7B) as u8
+}
+
+/// Decodes an E5M2 code exactly: `0x7C`/`0xFC` are ±Inf, `0x7D`–`0x7F` and `0xFD`–`0xFF` NaN.
+#[inline(always)]
+pub fn e5m2_decode(code: u8) -> f32 {
+    // E5M2 is the top byte of an IEEE half: widening is exact.
+    let h = (code as u32) << 8;
+    let sign = (h & 0x8000) << 16;
+    let exp = (h >> 10) & 0x1F;
+    let mant = (h & 0x3FF) as f32;
+    let mag = if exp == 0x1F {
+        if mant == 0.0 {
+            f32::INFINITY
+        } else {
+            f32::NAN
+        }
+    } else if exp == 0 {
+        mant * f32::from_bits((127 - 24) << 23) // 2^-24
+    } else {
+        (1.0 + mant / 1024.0) * f32::from_bits((exp + 127 - 15) << 23)
+    };
+    f32::from_bits(mag.to_bits() | sign)
+}
+
+/// The shared body of [`e4m3_encode_select`] and [`e5m2_encode_select`]: an FP8 format of
+/// `MB` mantissa bits and exponent bias `BIAS`, saturating at code `MAX_CODE`, NaN written
+/// as `0x7F`. Every path is computed and the result selected, so loops over it vectorise.
+/// Subnormals: adding `C = step · 2^23` (step = 2^(1 - BIAS - MB)) makes the f32 adder
+/// round `|v|` to a multiple of the step, ties to even, and the ulps above `C` are the
+/// code. Normals: rebias and round the dropped mantissa bits to nearest even (integer).
+#[inline(always)]
+fn fp8_encode_select<const MB: u32, const BIAS: u32, const MAX_CODE: u32>(v: f32) -> u8 {
+    let bits = v.to_bits();
+    let sign = (bits >> 24) & 0x80;
+    let abs_bits = bits & 0x7FFF_FFFF;
+    let magic_bits = (127 + 24 - BIAS - MB) << 23;
+    let sub = (f32::from_bits(abs_bits) + f32::from_bits(magic_bits))
+        .to_bits()
+        .wrapping_sub(magic_bits);
+    let drop = 23 - MB;
+    let rebiased = abs_bits.wrapping_sub((127 - BIAS) << 23);
+    let normal = rebiased.wrapping_add((1 << (drop - 1)) - 1 + ((rebiased >> drop) & 1)) >> drop;
+    let min_normal_bits = (127 + 1 - BIAS) << 23;
+    let code = if abs_bits < min_normal_bits {
+        sub
+    } else {
+        normal
+    };
+    let out = sign | code.min(MAX_CODE);
+    if abs_bits > 0x7F80_0000 {
+        0x7F
+    } else {
+        out as u8
+    }
+}
+
+/// [`e4m3_encode`] without branches, for vectorised loops (the CPU fast path of the FP8
+/// ops): the same code for every f32, NaN included (checked over all 2^32 patterns in
+/// `tests/fp8_codec_exhaustive.rs`).
+#[inline(always)]
+pub fn e4m3_encode_select(v: f32) -> u8 {
+    fp8_encode_select::<3, 7, 0x7E>(v)
+}
+
+/// [`e5m2_encode`] without branches, for vectorised loops: the same code for every f32,
+/// NaN included (checked over all 2^32 patterns in `tests/fp8_codec_exhaustive.rs`).
+#[inline(always)]
+pub fn e5m2_encode_select(v: f32) -> u8 {
+    fp8_encode_select::<2, 15, 0x7B>(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -160,6 +160,46 @@ pub enum Error {
         context: &'static str,
         message: String,
     },
+
+    /// FP8 ops (SPEC.md §8): the hidden size is zero.
+    #[error("hidden size H is 0: the FP8 ops need H > 0 (a positive multiple of the group size)")]
+    Fp8ZeroHidden,
+
+    /// FP8 ops: `H` is not a multiple of the scale group size.
+    #[error("hidden size H = {h} is not a multiple of the group size {group}: use H divisible by {group}, another group size, or per-token scales (G = H)")]
+    HiddenNotMultipleOfGroup { h: usize, group: usize },
+
+    /// FP8 ops: a group size other than 32, 64 or 128 (per-token is its own choice).
+    #[error("group size {0} is not supported: use 32, 64 or 128, or per-token scales (G = H)")]
+    InvalidGroupSize(usize),
+
+    /// FP8 ops: the swizzled 128×4 scale layout without UE8M0 scales in groups of 32.
+    #[error("the swizzled 128x4 scale layout is MXFP8's and needs UE8M0 scales in groups of 32 (got {format} scales in groups of {group}): use UE8M0 with G = 32, or the row-major or column-major layout")]
+    SwizzledNeedsMxfp8 { format: &'static str, group: usize },
+
+    /// FP8 ops: the f32 scale floor `s_min` negative, NaN or infinite.
+    #[error("s_min = {0} is invalid: the scale floor must be finite and ≥ 0 (0 means no floor; vLLM's per-token quant uses 1/(448·512))")]
+    InvalidScaleFloor(f32),
+
+    /// FP8 ops: `weight_bias` NaN or infinite.
+    #[error("weight_bias = {0} is invalid: it must be finite (0 for plain RMSNorm, 1 for Gemma-style norms)")]
+    InvalidWeightBias(f32),
+
+    /// FP8 ops: the scale buffer is of another kind than the options write.
+    #[error("the scale output is {got} but these options write {expected}: pass {expected}")]
+    Fp8ScaleKind {
+        expected: &'static str,
+        got: &'static str,
+    },
+
+    /// FP8 ops: an f32 buffer (scales, or the output of dequantisation) has the wrong length.
+    #[error("{name} has {got} f32 values but this call needs exactly {expected} ({what})")]
+    F32Length {
+        name: &'static str,
+        expected: usize,
+        got: usize,
+        what: String,
+    },
 }
 
 /// `Result` with [`Error`].

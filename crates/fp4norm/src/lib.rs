@@ -13,6 +13,8 @@
 //! * [`reference`](mod@reference) — the scalar reference: the spec, step by step.
 //! * `cuda` — the GPU backend (feature `cuda`, on by default; no CUDA needed to build).
 //! * [`codec`], [`layout`] — the number formats and scale layouts every backend shares.
+//! * [`fp8`] — the FP8 members of the family (SPEC.md §8): E4M3/E5M2 elements, per-tensor
+//!   or per-group scales (f32 or UE8M0, MXFP8 included), the weight bias of Gemma norms.
 //! * [`sumsq`] — the row's sum of squares and rstd: the exact sum rounded once, which every
 //!   backend reaches from its own fast sum (SPEC.md §1.2).
 //!
@@ -52,6 +54,7 @@ pub mod cpu;
 mod dequant;
 mod error;
 mod format;
+pub mod fp8;
 pub mod layout;
 mod op;
 mod problem;
@@ -67,6 +70,11 @@ pub use cpu::{add_rmsnorm_fp4quant, rmsnorm_fp4quant};
 pub use dequant::{dequantize, ScaleIn};
 pub use error::{Error, Result};
 pub use format::{BlockSize, DType, Element, Fp4Format, Options, ScaleFormat};
+pub use fp8::{
+    add_rmsnorm_fp8quant, dequantize as dequantize_fp8, rmsnorm_fp8quant, Fp8Element, Fp8Group,
+    Fp8Options, Fp8Out, Fp8Problem, Fp8ScaleFormat, Fp8ScaleLayout, Fp8Scales, Fp8ScalesIn,
+    Fp8Scaling,
+};
 pub use half::{bf16, f16};
 
 // The README's Rust example is compiled and run as a doctest, with fp4norm as its only
