@@ -28,7 +28,7 @@ const POISON: u8 = 0xAA;
 /// is created, which a capture in progress on another thread of the same (primary)
 /// context forbids — the capture fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and the
 /// stream creation with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (seen on the H200 with three
-/// test threads, thirteenth session).
+/// test threads).
 static CAPTURE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn gpu() -> Option<&'static Gpu> {

@@ -285,20 +285,13 @@ impl KernelConfig {
     }
 
     /// The minimum of resident CTAs per SM that the fused kernel's launch bound asks for
-    /// (`FP4_MIN_CTAS`; 1 = none beyond the CTA size).
+    /// (`FP4_MIN_CTAS`; 1 = none beyond the CTA size): two CTAs of 512 threads, five of
+    /// 256, ten of 128, which caps them at 64 or 48 registers.
     ///
-    /// The explicit minimum matters: without it ptxas trades registers for occupancy and
-    /// sinks some of pass 1's loads below the first arithmetic, so fewer loads are in
-    /// flight (measured on the H200: 94 % -> 86 % of copy at 16384 x 16384, with 56 -> 43
-    /// registers and no gain in resident CTAs). 512-thread CTAs ask for two: at 66
-    /// registers (f16 NVFP4, H = 32768) only one fits, and that shape measured 80 % of copy
-    /// against 91 % for its 64-register MXFP4 twin. 256- and 128-thread CTAs ask for five
-    /// and ten (at most 48 registers): 49-56 registers allocate as 56, one resident CTA
-    /// fewer, and 1024 x 4096 MXFP4 at 51 registers measured 3.5 % slower than at 47 (H200,
-    /// eighth session). Bounded (no kernel spills), with the `__grid_constant__` parameter:
-    /// 0.7-2.5 % faster at M >= 8192 in the ninth session's A/B, 1.4-1.6 % slower at 1024 x
-    /// 4096 NVFP4 and 4096 x 5120 MXFP4 (BENCHMARKS.md). Not for the element-wise fallback
-    /// (unaligned rows): at 64 registers some of its f16 H = 32768 kernels spill.
+    /// Without an explicit minimum, ptxas trades registers for occupancy and sinks some of
+    /// pass 1's loads below the first arithmetic, so fewer loads are in flight; the bound
+    /// is chosen where no kernel spills (the CI compile check). The element-wise fallback
+    /// (unaligned rows) is not bounded: at 64 registers some of its kernels spill.
     pub fn min_ctas_per_sm(&self) -> u32 {
         if !self.aligned {
             return 1;
@@ -427,63 +420,22 @@ fn switch_knob_once(
     *cell.get_or_init(|| switch_knob(name, |on| (if on { on_text } else { off_text }).into()))
 }
 
-/// Threads per row, rows per CTA and CTAs per row for `m` rows of `h`
-/// elements in blocks of `block`. Each thread handles 8-element (16-byte) vectors.
+/// Threads per row, rows per CTA and CTAs per row for `m` rows of `h` elements in blocks
+/// of `block`, on a device of `sm_count` SMs (with thread-block `clusters` or not). Each
+/// thread handles 8-element (16-byte) vectors. Every rule was measured on the H200; the
+/// figures behind each are in BENCHMARKS.md.
 ///
-/// The table was measured on the H200 (BENCHMARKS.md, "Launch-shape tuning"):
-/// * Many rows (more than SMs): throughput. Two vectors per thread up to H = 4096, four
-///   up to H = 16384: one CTA per row (short rows share a CTA so that CTAs stay at least
-///   128 threads wide), every row held in registers. Longer rows without clusters: one
-///   512-thread CTA per row that re-reads the row it has just written from L2 in its second
-///   pass (better than holding it in a 1024-thread CTA; with clusters, see the splits
-///   below). (A persistent grid whose
-///   CTAs load the next row while finishing the current one lost 9-30 points at every H
-///   from 1024 to 8192 once the CTAs were sized this way; it is gone.)
-/// * Many rows, split over a cluster (sm_90+) where the fifth session's grid measured a
-///   gain (BENCHMARKS.md, "This session's changes"; every split keeps two vectors per
-///   thread): H = 8192 in two CTAs at every M (bf16 2-7 % faster, 16384 x 8192 at 94.0 %
-///   of copy; f16 0.5-4.4 %), H = 5120 up to 64 rows per SM (1-12 %; at 16384 rows bf16
-///   even, f16 0.8 % slower), H = 16384 and 32768 in four and eight CTAs of 256 threads
-///   up to 16 rows per SM (1024 x 32768: 69.0 -> 62.0 µs, 1024 x 16384 33.2 -> 31.4 µs;
-///   at 4096 rows within 0.6 % either way, at 8192+ 1-3 % slower). Split, H = 2048 and
-///   4096 lose 2-50 %, H = 7168 3 % (except 0.6 % faster at 4096 rows): one CTA per row.
-///   Other H are unmeasured and keep it too; 133-1023 rows are unmeasured and take the
-///   splits by extension. Persistent clusters looping over rows lost more. Swizzled and both
-///   layouts at H = 8192: split / one CTA 0.97-1.01, so they split too.
-///   Since the L2 prefetch (which runs only where rows stay in registers) the splits win
-///   further (fourteenth session, A/B of forced shapes, 2 rounds, bf16 NVFP4 row-major):
-///   H = 16384 in four CTAs of 256 at 4096 / 8192 rows 5.0 / 2.3 % faster than one CTA of
-///   512 (91.5 -> 96.1 %, 95.6 -> 97.9 % of copy), so up to 64 rows per SM; H = 32768 in
-///   eight CTAs of 256 at 4096 / 8192 rows 96.4-98.1 % against 88.8-91.1 % for the
-///   re-reading CTA of 512, so up to 64 rows per SM, and beyond in two CTAs of 512 holding
-///   four vectors per thread (16384 rows: 840.7 µs, 98.9 %, against eight CTAs' 859-861 µs
-///   and the re-reading CTA's 898 µs; one round); H = 7168 in two CTAs of 224 at 8192 rows
-///   2.8 % faster (92.5 -> 95.0 %), at 4096 1.1 %, so between 16 and 64 rows per SM.
-///   f16 differs at H = 32768 (same session, NVFP4, 2 rounds): at 4096 / 8192 rows the two
-///   CTAs of 512 take 222 / 435 µs against 228 / 457 µs in eight CTAs of 256 (90.4 -> 93.1 %,
-///   90.5 -> 95.4 % of copy), so f16 takes them from 16 rows per SM; at H = 16384 f16 keeps
-///   the four CTAs of 256 (6.1 / 3.9 % faster than two CTAs of 512) up to 32 rows per SM and
-///   then takes one CTA of 512 holding four vectors (fifteenth session, 2 rounds, row-major:
-///   f16 8192 x 16384 220.8 -> 216.4 µs NVFP4, 220.3 -> 215.3 MXFP4, 93.5 -> 95.6 % of copy;
-///   at 4096 rows 1.5 / 2.9 % slower, and bf16 2-4.5 % slower at both, so only f16 from 32).
-///   H = 5120 beyond 64 rows per SM takes one CTA of 320 threads holding two vectors instead
-///   of 160 holding four (same session, 2 rounds, NVFP4 row-major, 16384 rows: bf16 137.45
-///   -> 135.10 µs, f16 137.50 -> 135.45; 54 registers against 64; again on the landed
-///   table, every preset: the old shape 2.4 / 2.6 % slower in bf16, 1.6 / 0.9 % in f16).
-///   At 8192 rows the two-CTA cluster and the CTA of 320 are even (0.4-0.6 %). Without
-///   clusters the table keeps its first rule (160 threads holding four), unmeasured there.
-/// * Few rows: latency. Each row is spread over up to `SMs / M` CTAs (at most 8, a
-///   cluster, each on its own SM; fewer where that gives CTAs of whole warps) with one
-///   vector per thread, so the rows together cover the SMs and no SM works through a
-///   whole row alone; but at most 512 threads per CTA,
-///   with more vectors per thread beyond that (a row of 8192 on one CTA: 3.8 µs at 512
-///   threads, 4.1 µs at 1024, M = 128; even in the seventh session: 3.32 at 512, 3.31 at 1024) —
-///   except a row of 2048 vectors or more on one CTA, which takes 1024 threads (seventh
-///   session, 3 rounds, NVFP4 graph µs, 512 -> 1024 threads: 128 x 16384 5.04 -> 4.85,
-///   100 x 16384 4.98 -> 4.75, 132 x 16384 5.11 -> 4.87, 128 x 32768 8.55 -> 8.32; a row
-///   split over two CTAs keeps 512: 64 x 32768 5.33 against 5.64 µs at 1024; eighth
-///   session, 3 rounds each: 128 x 32768 8.30-8.33 against 8.36-8.66 (NVFP4), 8.49-8.56
-///   against 8.57-8.79 (MXFP4), 100 x 32768 even).
+/// * Many rows (more than SMs) are throughput-bound: two vectors per thread up to H = 4096,
+///   four up to H = 16384, one row per CTA (short rows share a CTA, so that CTAs stay at
+///   least 128 threads wide) and every row held in registers; longer rows take one CTA of
+///   512 threads that re-reads its row from L2 in its second pass. With clusters, rows are
+///   split over CTAs where that measured faster (the splits below): a split shortens the
+///   last wave of a call and keeps long rows in registers, which the L2 prefetch needs.
+/// * Few rows (at most the SMs) are latency-bound: each row is spread over up to `SMs / M`
+///   CTAs (at most 8, a cluster, each on its own SM) with one vector per thread, so that
+///   the rows together cover the SMs; fewer CTAs where that gives CTAs of whole warps
+///   (down to half as many). Beyond 512 threads per CTA a thread takes more vectors,
+///   except that a whole row of 2048 vectors or more in one CTA takes 1024 threads.
 pub fn launch_shape(
     h: usize,
     block: usize,
@@ -499,7 +451,6 @@ pub fn launch_shape(
     // Each CTA must own whole groups of four scale blocks (one 32-bit swizzled store).
     let fits = |c: usize| nv % c == 0 && (nv / c) % (4 * vpb) == 0;
     let (mut c, mut vectors_per_thread) = if latency {
-        // Latency: enough CTAs per row that all rows together cover the SMs.
         ((sms / m.max(1)).clamp(1, 8), 1)
     } else if nv <= 512 {
         (1, 2)
@@ -511,19 +462,22 @@ pub fn launch_shape(
     if clusters && !latency {
         // Many rows: the measured cluster splits (CTAs per row, vectors per thread).
         let (split, split_vectors) = match nv {
+            // H = 8192: two CTAs of 256 beat one CTA at every row count.
             1024 => (2, 2),
+            // H = 5120: two CTAs of 160 beat one of 160 holding four vectors, up to 64
+            // rows per SM; beyond, one CTA of 320 holding two (fewer registers).
             640 if m <= 64 * sms => (2, 2),
-            // Beyond, a row of 5120 in one CTA of 320 holding two vectors, not 160 holding
-            // four (fifteenth session, see above).
             640 => (1, 2),
+            // H = 7168: two CTAs of 224 win only from 16 to 64 rows per SM.
             896 if m > 16 * sms && m <= 64 * sms => (2, 2),
-            // (f16 rows of 32768: two CTAs of 512 from 16 rows per SM, see below.)
+            // f16, H = 32768: two CTAs of 512 beat eight of 256 from 16 rows per SM.
             4096 if dtype == DType::F16 && m > 16 * sms => (2, 4),
-            // (f16 rows of 16384: one CTA of 512 from 32 rows per SM, see below.)
+            // f16, H = 16384: one CTA of 512 beats four of 256 from 32 rows per SM.
             2048 if dtype == DType::F16 && m > 32 * sms => (1, 4),
+            // H = 16384 / 32768: four / eight CTAs of 256 up to 64 rows per SM, held in
+            // registers (where one CTA of 512 re-reads a row of 32768) ...
             2048 | 4096 if m <= 64 * sms => (nv / 512, 2),
-            // Beyond, a 32768-element row in two CTAs of 512 threads holding four vectors
-            // each: held in registers (so the L2 prefetch runs), unlike one CTA of 512.
+            // ... then a row of 32768 in two CTAs of 512 holding four: still held.
             4096 => (2, 4),
             _ => (c, vectors_per_thread),
         };
@@ -538,10 +492,8 @@ pub fn launch_shape(
         c -= 1;
     }
     if latency {
-        // Fewer CTAs of whole warps beat more CTAs with a ragged last warp (M = 1 / 16:
-        // H = 5120 in 8 CTAs of 80 vectors 2.51 / 2.71 µs, in 5 of 128 2.16 / 2.27 µs;
-        // H = 7168 in 8 of 112 2.49 / 2.77 µs, in 7 of 128 2.22 / 2.44 µs). Measured
-        // only that far: the split may shrink to half its CTAs, not more.
+        // Fewer CTAs of whole warps beat more CTAs with a ragged last warp, down to half
+        // the CTAs (not measured further).
         if let Some(whole) = (1..=c)
             .rev()
             .find(|&k| 2 * k >= c && fits(k) && (nv / k) % 32 == 0)
@@ -560,17 +512,11 @@ pub fn launch_shape(
 }
 
 /// Whether a call of `m` rows of `h` elements in blocks of `block` writes its swizzled
-/// scales in two kernels (the fused kernel staging codes with coalesced stores kept in L2, then the
-/// swizzle pass; see `FP4_SWZ_SPLIT` in the kernel source), on GPUs with programmatic
-/// dependent launch (sm_90+) to overlap the second launch.
-///
-/// Measured on the H200 (A/Bs in one run each, BENCHMARKS.md, twelfth session): once the
-/// direct write keeps its words in L2 ([`swizzle_keep_wanted`]), it beats the split write
-/// wherever the scales take up to 4 MiB (8192 and 16384 rows, H 2048 to 8192: the split
-/// 1.4–12.7 % slower with 16-element blocks, 1.1 % at 16384 x 8192 with 32); at 8 MiB the
-/// two are even (16384 x 8192 NVFP4: the split 1.0 % faster in one run, 0.2 % slower in
-/// another; 16384 x 16384 MXFP4: 0.6 % faster) and at 16 MiB the split wins (16384 x 16384
-/// NVFP4: 3.7 %); at 4096 rows and fewer the split loses 11–60 % (its launch and latency).
+/// scales in two kernels (the fused kernel staging codes with coalesced stores kept in L2,
+/// then the swizzle pass; `FP4_SWZ_SPLIT` in the kernel source), on GPUs with programmatic
+/// dependent launch (sm_90+) to overlap the second launch: from 8192 rows and 8 MiB of
+/// scales. Below, the direct write (its words kept in L2, [`swizzle_keep_wanted`]) is as
+/// fast or faster, and at fewer rows the second launch's latency dominates.
 /// `FP4NORM_SWIZZLE_SPLIT=0|1` (a measurement knob) forces it off or on.
 pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
@@ -585,15 +531,12 @@ pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool)
 }
 
 /// Whether the direct swizzled write of a call of `m` rows of `h` stores its 4-byte words
-/// with an L2 evict-last policy (`FP4_SWZ_KEEP` in the kernel source). The 128 x 4 layout fills
-/// each 32-byte sector from eight rows (four row quarters of a 128-row tile, two rows
-/// each), so plain stores leave it part-filled in L2 while the call streams its tens of MB
-/// through; measured on the H200 (twelfth session, one run, two rounds) against plain stores,
-/// from 2^24 elements (2048 x 8192, 4096 x 4096 and up, H 2048 to 8192): 16-element blocks
-/// 4.0–7.6 % faster (8192 x 2048: 29.15 → 27.55 µs, within 2.4 % of row-major), 32-element
-/// blocks 1.9–5.1 % faster. Below (1024 rows, 2048 x 2048 / 4096, 4096 x 2048), where the
-/// call's bytes mostly stay in L2 anyway, it is 0.5–2.4 % slower. `FP4NORM_SWIZZLE_KEEP=0|1`
-/// (a measurement knob) forces it off or on.
+/// with an L2 evict-last policy (`FP4_SWZ_KEEP` in the kernel source): from 2^24 elements.
+/// The 128 x 4 layout fills each 32-byte sector from eight rows (four row quarters of a
+/// 128-row tile, two rows each), so plain stores leave it part-filled in L2 while a large
+/// call streams through; a smaller call's bytes mostly stay in L2 anyway, and there the
+/// policy costs more than it saves. `FP4NORM_SWIZZLE_KEEP=0|1` (a measurement knob) forces
+/// it off or on.
 pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
     static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let knob = switch_knob_once(
@@ -617,8 +560,9 @@ fn resident_ctas_per_sm(cfg: &KernelConfig) -> u32 {
 
 /// How many rows ahead each row's CTA prefetches x and r into L2 (the kernel's `pf_rows`;
 /// 0: none): at most one resident wave of rows, and at most the budget
-/// ([`l2_prefetch_budget_mib`]) of x and r in flight ahead. Only the 16-byte vector kernels of two or more vectors per thread
-/// prefetch (the one-vector kernels are the latency shapes, M up to the SM count).
+/// ([`l2_prefetch_budget_mib`]) of x and r in flight ahead. Only the 16-byte vector kernels
+/// of two or more vectors per thread prefetch (the one-vector kernels are the latency
+/// shapes, M up to the SM count).
 ///
 /// `FP4NORM_L2_PREFETCH_ROWS=N` (a test knob: the GPU tests force 1, so that every row's
 /// prefetch addresses are exercised) and `FP4NORM_L2_PREFETCH_MIB=N` (a measurement knob:
@@ -658,20 +602,10 @@ pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, sm_count: u32) -
 }
 
 /// The default L2 prefetch budget of a call of `m` rows of `h` elements whose kernel holds
-/// its rows in registers (`held`), in MiB (0: none; `u64::MAX >> 20`: one resident wave).
-///
-/// Measured on the H200 (thirteenth session's A/B, 2 rounds, bf16 NVFP4, BENCHMARKS.md):
-/// one wave ahead is 1.0-5.4 % faster at every measured call of 2^25 elements or more whose
-/// rows stay in registers (16384 rows at H = 2048 to 16384, 8192 x 4096 / 8192, 4096 x
-/// 16384, 2048 x 32768 in 8-CTA clusters; swizzled 16384 x 4096 even, x 8192 2.3 %), while
-/// 4 or 8 MiB ahead gain less or lose. Where the second pass re-reads its row from L2
-/// (16384 x 32768 in one CTA of 512, the shape before the fourteenth session; now only
-/// without clusters) every distance loses (4-21 %): the prefetched rows evict it, and
-/// keeping the re-read row in L2 (evict-last stores, evict-first re-reads) did not save it
-/// (fourteenth session, one round: one wave ahead 30-33 % slower, 8 MiB 2-5 %). Smaller calls mostly stay in
-/// L2 anyway: there one wave ahead (issued after each CTA's loads) measured 3-4 % faster at
-/// 2048 x 4096 / 5120 and 4096 x 5120 but 6-12 % slower at 2048 x 7168, 4096 x 4096 and
-/// 3 % at 1024 x 16384 (fourteenth session), so none below 2^25.
+/// its rows in registers (`held`), in MiB (0: none; `u64::MAX >> 20`: one resident wave):
+/// one wave ahead from 2^25 elements where rows are held, none otherwise. Where the second
+/// pass re-reads its row from L2, the prefetched rows evict it; below 2^25 elements a call
+/// mostly stays in L2 anyway, and the prefetch gains in some shapes what it loses in others.
 fn l2_prefetch_budget_mib(m: usize, h: usize, held: bool) -> u64 {
     if held && m.saturating_mul(h) >= 1 << 25 {
         u64::MAX >> 20
@@ -999,7 +933,7 @@ mod tests {
 
     #[test]
     fn launch_table_is_the_measured_one() {
-        // BENCHMARKS.md, "Launch-shape tuning" (H200): (H, M) -> (G, R, C).
+        // BENCHMARKS.md (H200): (H, M) -> (G, R, C).
         for (h, m, want) in [
             (1024, 65536, (64, 2, 1)),
             (2048, 32768, (128, 1, 1)),

@@ -37,10 +37,9 @@
 //                    staging layout with coalesced byte stores (or, with row-major scales
 //                    also requested, only writes those), and the swizzle pass moves every
 //                    128-row x 64-block chunk into the 128x4 layout, in place, with 16-byte
-//                    stores. The direct path's 4-byte stores each hit their own 32-byte
-//                    sector (+60 % L2 write requests at H = 4096); this costs one small
-//                    extra launch and is used where it pays (8 MiB of scales or more at
-//                    8192+ rows; src/cuda/kernel.rs, swizzle_split_wanted).
+//                    stores, where the direct path's 4-byte stores each hit their own
+//                    32-byte sector. The host uses it where the extra launch pays
+//                    (src/cuda/kernel.rs, swizzle_split_wanted).
 //   FP4_SWZ_KEEP     1 (direct swizzled write only): each 4-byte swizzled word is stored with
 //                    an L2 evict-last policy, so that the 32-byte sectors the four row
 //                    quarters of a 128-row tile fill piecewise stay in L2 until complete
@@ -79,10 +78,7 @@ typedef long long i64;
 // An even number of vectors per thread, blocks of two or more vectors: lanes l and l ^ 1
 // hold the same blocks, so for each pair of vectors (k, k + 1) each lane computes one of
 // the two block scales and they swap (pass 2): half the scale chains, for two shuffles per
-// pair. Measured on the H200 (BENCHMARKS.md, sixth session), with the division-free block
-// codes: 128 x 8192 3.41 -> 3.29 us (NVFP4), 3.45 -> 3.28 (MXFP4), 1024 x 4096 7.46 -> 7.33
-// / 7.54 -> 7.30; then for four vectors per thread 128 x 16384 5.47 -> 5.06 / 5.39 -> 4.92,
-// 4096 x 7168 -1.2 %; large M unchanged (memory-bound).
+// pair.
 #define SHARED_SCALE (VPT % 2 == 0 && VPB >= 2)
 
 // With several warps per row and no cluster, one warp computes the row's rstd for all.
@@ -204,12 +200,9 @@ __device__ __forceinline__ u32 sign_nibbles8(const float (&p)[8]) {
 // code. Byte selects gather the eight low bytes; one select of nibbles packs them.
 // a is clamped to 6 first (every value from 6 up encodes as 6: code 7) unless BELOW_7: the
 // caller knows that every |p[i]| < 7 (e2m1_pack8), where the rounding alone gives code 7 on
-// [6, 7). Five instructions per value and two per value to pack (the unclamped form and
-// the byte gather against the earlier seven and about two: the H200, tenth session, two A/B
-// runs: 1024 x 4096 and 1024 x 8192 5-6 % faster, 128 x 8192 3-4 %, 4096 x 5120 2-3 %,
-// 16384 x 8192 1-1.6 %, the other large shapes within 0.5 %; BENCHMARKS.md). Both forms are
-// checked against e2m1_encode_sw on every f32 they are used for by the codec self-check
-// kernel (FP4_KIND 3), and their arithmetic on the host by scripts/e2m1-below7-check.c.
+// [6, 7). Five instructions per value and two per value to pack. Both forms are checked
+// against e2m1_encode_sw on every f32 they are used for by the codec self-check kernel
+// (FP4_KIND 3), and their arithmetic on the host by scripts/e2m1-below7-check.c.
 template <bool BELOW_7>
 __device__ __forceinline__ u32 e2m1_pack8_fast(const float (&p)[8]) {
     u32 u[8];
@@ -449,8 +442,7 @@ __device__ __forceinline__ i64 swizzle_stage_offset(i64 row, int b) {
 
 // A byte store marked evict-last in L2: the staged codes of a split swizzled write stay in
 // L2 for the swizzle pass instead of going to DRAM and back while the fused kernel
-// streams hundreds of MB past them (measured on the H200 at 16384 x 4096 NVFP4: the
-// split write without the hint gained 2.7 %, with it 5.5 %).
+// streams hundreds of MB past them.
 __device__ __forceinline__ void store_u8_keep_in_l2(u8* p, u32 v) {
     asm volatile("st.global.L2::cache_hint.u8 [%0], %1, %2;" :: "l"(p), "r"(v), "l"(l2_evict_last_policy()) : "memory");
 }
@@ -472,9 +464,6 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 }
 
 // rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation (SPEC.md §1.3).
-// (A checked fast path — approximate rsqrt, Newton steps, and a proof that the f32 result
-// is the chain's — was measured on the H200 and gained nothing: the chain is not on the
-// critical path that matters. BENCHMARKS.md, tuning log.)
 __device__ __forceinline__ double rstd_f64(double ss, float eps) {
 #if (FP4_H & (FP4_H - 1)) == 0
     // H a power of two: ss / H is an exact scaling (ss is far from the subnormal range).
@@ -757,9 +746,8 @@ __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, i
     h.y = add_pair(x.y, r.y);
     h.z = add_pair(x.z, r.z);
     h.w = add_pair(x.w, r.w);
-    // Stored right away: nothing later waits for it (the cluster exchange below has no
-    // GPU-scope MEMBAR; an earlier barrier.cluster.arrive.release, which compiled to one,
-    // waited for these stores).
+    // Stored right away: nothing later waits for it (the cluster exchange has no GPU-scope
+    // fence, which would wait for these stores: see fp4norm_fused).
     store_vec(p.r + row * p.r_stride + v * 8, h);
 #else
     const uint4 h = x;
@@ -793,17 +781,9 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
     // scale word (the last two used by lanes whose vector starts a block, a 4-block group),
     // computed once per row; vector k's are a constant offset further (G is a multiple of
     // 32, so k G vectors are k G / VPB whole blocks and k G / (4 VPB) whole 512-byte
-    // swizzled groups). Rather than the 64-bit row and vector arithmetic per store that
-    // ptxas rematerialises under the register bound (the H200, eleventh session: 1024 x
-    // 8192 3 % faster, M = 1..16 2-3 %, swizzled 1-5 %, large M within 1 %; BENCHMARKS.md).
-    // Each pointer goes through an empty asm so that ptxas keeps it in registers: without
-    // it, ptxas recomputes the 64-bit row and lane arithmetic at every store after the
-    // row's barrier (6 SASS instructions per code word, 8 per scale byte, ~16 per swizzled
-    // word), where pass 2 is issue-bound; with it each store is one instruction and the
-    // registers stay at the bound (sm_90 SASS, NVRTC 13.0: 9-19 instructions per thread
-    // fewer after the barrier). H200, thirteenth session's A/B: 1024 x 4096 2.2-3.0 %
-    // faster in all three layouts, 128 x 8192 row-major 1.1-1.3 %, M = 1..16 and 16384
-    // rows within 1 %.
+    // swizzled groups). Each pointer goes through an empty asm so that ptxas keeps it in
+    // registers: otherwise it recomputes the 64-bit row and lane arithmetic at every store
+    // after the row's barrier, where pass 2 is issue-bound.
     u8* q_lane = p.q + row * (FP4_H / 2) + (v0 + lane) * 4;
     asm volatile("" : "+l"(q_lane));
 #if FP4_ROW_MAJOR
@@ -826,9 +806,8 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
     // Pass 2: y, block scales, E2M1 codes. With SHARED_SCALE, the y and block maxima
     // of both vectors come first, then each lane computes one of its pair's two
     // block scales; otherwise vector by vector (y of one vector live at a time).
-    // (The two loops below repeat the few lines that load a vector's h and w: folding
-    // them into one lambda changed the sm_90 SASS of 356 of the 1089 sweep kernels,
-    // among them those with several rows per CTA; this is the measured, tested form.)
+    // The two loops repeat the few lines that load a vector's h and w on purpose: folding
+    // them into one lambda changes the generated code of many specialisations.
     if constexpr (SHARED_SCALE && !FROM_MEMORY) {  // (the redo goes vector by vector: fewer registers)
 #pragma unroll
     for (int k0 = 0; k0 < VPT; k0 += 2) {
@@ -921,11 +900,9 @@ __device__ __forceinline__ RowPlace row_place() {
 // exact sum of squares, and pass 2 again, from memory, where that changes rstd. Called
 // after pass 2 by every thread of the CTA (FP4_C == 1 with several warps per row), of the
 // row's warp (one warp per row), or of the cluster (FP4_C > 1), which sync inside. Out of
-// line (inlined, it changed the registers and schedule of the fast path: 4096 x 7168
-// 64 -> 57 registers, 6 % slower), with few arguments: the parameters by address
-// (__grid_constant__: no copy), the row's place recomputed here. (With the parameters
-// copied to shared memory by the caller, 1024 x 4096 MXFP4 took 51 registers instead of
-// 47: four resident CTAs instead of five, 3.5 % slower on the H200.)
+// line and with few arguments, so that it leaves the fast path's registers and schedule
+// alone: the parameters by address (__grid_constant__: no copy), the row's place
+// recomputed here rather than passed or copied to shared memory.
 __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float rstd, float gs, bool live,
                                             bool mine_undecided) {
     const Fp4NormParams& p = *params;  // the kernel's own parameters (__grid_constant__)
@@ -984,8 +961,8 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float r
 }
 
 // The launch bound's minimum of resident CTAs per SM: decided by the host
-// (KernelConfig::min_ctas_per_sm in src/cuda/kernel.rs, with the measurements behind it),
-// which also sizes the L2 prefetch's resident wave from it.
+// (KernelConfig::min_ctas_per_sm in src/cuda/kernel.rs), which also sizes the L2
+// prefetch's resident wave from it.
 #define MIN_CTAS_PER_SM FP4_MIN_CTAS
 extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R, MIN_CTAS_PER_SM)
 fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
@@ -1151,10 +1128,9 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
         }
         // A relaxed wait and a cluster acquire fence restricted to shared memory, rather
         // than an acquiring wait: the PTX ISA's pattern for reading shared memory that
-        // peers filled through the mbarrier. Its sm_90 SASS has no L1 invalidate
-        // (CCTL.IVALL) after the wait (M = 16 x 8192: 2.07 -> 1.98 µs, 16 x 4096 / 7168
-        // 1-2 % faster, other small shapes within 1 %; BENCHMARKS.md, fifth session). Both
-        // are PTX ISA 8.6 (NVRTC 12.8+); older NVRTC keeps the acquiring wait.
+        // peers filled through the mbarrier: its sm_90 SASS has no L1 invalidate
+        // (CCTL.IVALL) after the wait. Both are PTX ISA 8.6 (NVRTC 12.8+); older NVRTC keeps
+        // the acquiring wait.
 #if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8)
 #define FP4_RELAXED_CLUSTER_WAIT 1
 #define FP4_CLUSTER_WAIT_SEM "relaxed"
