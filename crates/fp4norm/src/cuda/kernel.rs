@@ -106,10 +106,10 @@ pub struct KernelConfig {
     /// 16-byte vector accesses (false: the element-wise fallback).
     pub aligned: bool,
     /// Swizzled scales written by a second kernel, [`KernelKind::Swizzle`] (see
-    /// [`swizzle_split_wanted`]): the fused kernel stages the codes with coalesced stores.
+    /// `swizzle_split_wanted`): the fused kernel stages the codes with coalesced stores.
     pub swizzle_split: bool,
     /// The direct swizzled write's 4-byte words stored with an L2 evict-last policy (see
-    /// [`swizzle_keep_wanted`]); only where `swizzled && aligned && !swizzle_split`.
+    /// `swizzle_keep_wanted`); only where `swizzled && aligned && !swizzle_split`.
     pub swizzle_keep: bool,
 }
 
@@ -726,6 +726,11 @@ fn cache_store(arch: &str, key: &str, cubin: &[u8]) {
     })();
 }
 
+/// Compiles a specialisation for `arch` afresh, past both caches.
+pub fn compile(cfg: &KernelConfig, arch: &str) -> Result<nvrtc::Compiled, Error> {
+    nvrtc::compile(&cfg.source()?, arch, &cfg.describe())
+}
+
 /// Compiles a specialisation for `arch`, through the disk cache.
 pub fn compile_cached(cfg: &KernelConfig, arch: &str) -> Result<Vec<u8>, Error> {
     let key = cache_key(cfg, arch)?;
@@ -815,11 +820,6 @@ impl KernelCache {
     /// callers asked for it at once.
     pub fn builds(&self) -> usize {
         self.builds.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Whether no kernel has been requested yet.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

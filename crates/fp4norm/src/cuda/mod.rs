@@ -3,7 +3,8 @@
 //!
 //! * Kernels are CUDA C++ (`src/cuda/kernels/fp4norm.cu`) compiled at run time by NVRTC
 //!   for the device's exact architecture, one specialisation per configuration, cached in
-//!   the process and on disk (see [`kernel::disk_cache_dir`]). No CUDA toolkit is needed
+//!   the process and on disk (in `FP4NORM_CACHE_DIR`, else `$XDG_CACHE_HOME/fp4norm`, else
+//!   `~/.cache/fp4norm`; `FP4NORM_CACHE_DIR=off` disables it). No CUDA toolkit is needed
 //!   to build; at run time the driver and NVRTC are loaded dynamically.
 //! * A call does no host synchronisation, allocation or host read of device memory: it
 //!   can be captured in a CUDA graph. The global scale is read by the kernel from device
@@ -12,8 +13,10 @@
 //! * [`Gpu::add_rmsnorm_fp4quant`] works on cudarc device memory; [`Gpu::launch_raw`]
 //!   takes raw device pointers and a raw stream, for PyTorch or C++ engines.
 
-pub mod kernel;
-pub mod nvrtc;
+#[doc(hidden)]
+pub mod internal;
+mod kernel;
+mod nvrtc;
 mod raw;
 
 use std::sync::Arc;
@@ -23,7 +26,8 @@ use cudarc::driver::{
     DeviceRepr, SyncOnDrop,
 };
 
-pub use kernel::{GsMode, KernelConfig, KernelKind};
+pub use kernel::GsMode;
+use kernel::KernelConfig;
 pub use raw::{RawCall, RawDequant, RawGlobalScale, RawMat};
 
 use crate::{Element, Error, Options, ScaleOut};
@@ -112,7 +116,8 @@ pub struct Gpu {
     pdl: std::sync::atomic::AtomicBool,
     hw_canonical_nan: bool,
     clusters: bool,
-    /// Measurement knobs read once from the environment (see [`Gpu::config`]).
+    /// The launch shape forced by `FP4NORM_TUNE_SHAPE` (read by `Gpu::new`) or by
+    /// `with_launch_shape`, where it fits.
     tune_shape: Option<(u32, u32, u32)>,
 }
 
@@ -176,12 +181,11 @@ impl Gpu {
     }
 
     /// Forces the launch shape (threads per row, rows per CTA, CTAs per row) of every fused
-    /// call on this `Gpu` where it fits the problem ([`kernel::shape_fits`]; elsewhere the
-    /// launch table's shape runs), as the measurement knob `FP4NORM_TUNE_SHAPE=G,R,C` does;
-    /// `None` restores the table. For measuring launch-shape tables, and for testing at
-    /// small sizes the shapes the table picks only for large calls: the bytes written never
-    /// depend on the shape.
-    pub fn with_launch_shape(mut self, shape: Option<(u32, u32, u32)>) -> Self {
+    /// call on this `Gpu` where it fits the problem (elsewhere the launch table's shape
+    /// runs), as the measurement knob `FP4NORM_TUNE_SHAPE=G,R,C` does; `None` restores the
+    /// table. For measuring launch-shape tables, and for testing at small sizes the shapes
+    /// the table picks only for large calls: the bytes written never depend on the shape.
+    pub(crate) fn with_launch_shape(mut self, shape: Option<(u32, u32, u32)>) -> Self {
         self.tune_shape = shape;
         self
     }
@@ -246,7 +250,12 @@ impl Gpu {
     }
 
     /// The kernel specialisation a call with these parameters uses on this device.
-    pub fn config(&self, problem: &crate::Problem, gs: GsMode, aligned: bool) -> KernelConfig {
+    pub(crate) fn config(
+        &self,
+        problem: &crate::Problem,
+        gs: GsMode,
+        aligned: bool,
+    ) -> KernelConfig {
         let mut cfg = KernelConfig::fused(
             problem,
             gs,
