@@ -11,7 +11,7 @@ pub use super::nvrtc::{ensure_loaded, resource_usage, version, Compiled, Resourc
 
 /// The launch shape `FP4NORM_TUNE_SHAPE=G,R,C` forces, if set (announced on stderr).
 pub fn tune_shape() -> Option<(u32, u32, u32)> {
-    super::kernel::tune_shape_from_env()
+    super::knobs::tune_shape()
 }
 
 /// The kernel specialisation a call with these parameters uses on `gpu`.

@@ -16,6 +16,7 @@
 #[doc(hidden)]
 pub mod internal;
 mod kernel;
+mod knobs;
 mod nvrtc;
 mod raw;
 
@@ -154,7 +155,7 @@ impl Gpu {
             )));
         }
         let (mut arch, mut hw_e2m1) = arch_for(major, minor);
-        if std::env::var_os("FP4NORM_SOFTWARE_E2M1").is_some_and(|v| v != "0") {
+        if knobs::software_e2m1() {
             arch = format!("sm_{major}{minor}");
             hw_e2m1 = false;
         }
@@ -171,12 +172,9 @@ impl Gpu {
             // sm_90's packed add/cvt return 0x7FFF for NaN: checked on an H200 by the
             // GPU tests' NaN cases with the fix-up compiled out. Other targets keep the
             // fix-up until seen (FP4NORM_ASSUME_HW_CANONICAL_NAN=1/0 overrides, for checks).
-            hw_canonical_nan: match std::env::var("FP4NORM_ASSUME_HW_CANONICAL_NAN") {
-                Ok(v) => v != "0",
-                Err(_) => (major, minor) == (9, 0),
-            },
+            hw_canonical_nan: knobs::assume_hw_canonical_nan().unwrap_or((major, minor) == (9, 0)),
             clusters: major >= 9,
-            tune_shape: kernel::tune_shape_from_env(),
+            tune_shape: knobs::tune_shape(),
         })
     }
 
@@ -265,9 +263,8 @@ impl Gpu {
             self.clusters,
         );
         cfg.hw_canonical_nan = self.hw_canonical_nan;
-        cfg.force_exact_sumsq = kernel::force_exact_sumsq_knob();
-        // A knob for measuring launch shapes on a device (the bytes never change):
-        // FP4NORM_TUNE_SHAPE=G,R,C forces a launch shape where it is valid.
+        cfg.force_exact_sumsq = knobs::force_exact_sumsq();
+        // The launch shape forced by FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid.
         if let Some(shape) = self.tune_shape {
             if !cfg.try_launch_shape(shape, self.clusters) {
                 static WARNED: std::sync::atomic::AtomicBool =

@@ -6,10 +6,8 @@ use std::sync::OnceLock;
 
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys};
 
+use super::knobs;
 use crate::Error;
-
-/// Environment variable naming the folder that holds `libnvrtc.so.*`.
-pub const NVRTC_DIR_ENV: &str = "FP4NORM_NVRTC_DIR";
 
 const NVRTC_NAMES: &[&str] = &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
 
@@ -118,8 +116,8 @@ pub fn ensure_loaded() -> Result<(), Error> {
     static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
     LOADED
         .get_or_init(|| {
-            if let Some(dir) = std::env::var_os(NVRTC_DIR_ENV) {
-                return load_from(Path::new(&dir)).map_err(|e| format!("{NVRTC_DIR_ENV}: {e}"));
+            if let Some(dir) = knobs::nvrtc_dir() {
+                return load_from(Path::new(&dir)).map_err(|e| format!("FP4NORM_NVRTC_DIR: {e}"));
             }
             let mut tried = Vec::new();
             for dir in candidate_dirs() {
