@@ -7,17 +7,68 @@ use super::config::{KernelConfig, KernelKind};
 use crate::cuda::knobs;
 use crate::DType;
 
+/// One row of [`MANY_ROWS`]: calls of rows of `h` elements (of `dtype`, or any dtype)
+/// with more than `above` and at most `up_to` rows per SM take `ctas` CTAs per row holding
+/// `vectors` vectors per thread.
+struct Split {
+    h: usize,
+    dtype: Option<DType>,
+    above: usize,
+    up_to: usize,
+    ctas: usize,
+    vectors: usize,
+}
+
+const fn split(
+    h: usize,
+    dtype: Option<DType>,
+    above: usize,
+    up_to: usize,
+    ctas: usize,
+    vectors: usize,
+) -> Split {
+    Split {
+        h,
+        dtype,
+        above,
+        up_to,
+        ctas,
+        vectors,
+    }
+}
+
+const ANY: Option<DType> = None;
+const F16: Option<DType> = Some(DType::F16);
+const ALL: usize = usize::MAX;
+
+/// The launch table of many rows (more than the SMs) on GPUs with thread-block clusters:
+/// the first row that matches a call gives its CTAs per row (one cluster) and vectors per
+/// thread, as long as each CTA then owns whole groups of four scale blocks; a call that no
+/// row matches keeps the default shape of [`launch_shape`]. Splitting a row shortens the
+/// last wave of a call and keeps long rows in registers, which the L2 prefetch needs.
+#[rustfmt::skip]
+const MANY_ROWS: &[Split] = &[
+    //    H      dtype rows/SM   CTAs vectors
+    split(8192,  ANY,  1,  ALL,  2,   2), // two CTAs of 256 beat one CTA at every row count
+    split(5120,  ANY,  1,  64,   2,   2), // two CTAs of 160 beat one of 160 holding four
+    split(5120,  ANY,  64, ALL,  1,   2), // then one CTA of 320: fewer registers than 160 x 4
+    split(7168,  ANY,  16, 64,   2,   2), // two CTAs of 224 win only from 16 to 64 rows/SM
+    split(32768, F16,  16, ALL,  2,   4), // f16: two CTAs of 512 beat eight of 256 from 16
+    split(16384, F16,  32, ALL,  1,   4), // f16: one CTA of 512 beats four of 256 from 32
+    split(16384, ANY,  1,  64,   4,   2), // four CTAs of 256 beat one of 512
+    split(32768, ANY,  1,  64,   8,   2), // eight CTAs of 256 hold the row; one of 512 re-reads
+    split(32768, ANY,  64, ALL,  2,   4), // then two CTAs of 512: still held, fewer CTAs
+];
+
 /// Threads per row, rows per CTA and CTAs per row for `m` rows of `h` elements in blocks
 /// of `block`, on a device of `sm_count` SMs (with thread-block `clusters` or not). Each
-/// thread handles 8-element (16-byte) vectors. Every rule was measured on the H200; the
-/// figures behind each are in BENCHMARKS.md.
+/// thread handles 8-element (16-byte) vectors.
 ///
 /// * Many rows (more than SMs) are throughput-bound: two vectors per thread up to H = 4096,
 ///   four up to H = 16384, one row per CTA (short rows share a CTA, so that CTAs stay at
 ///   least 128 threads wide) and every row held in registers; longer rows take one CTA of
-///   512 threads that re-reads its row from L2 in its second pass. With clusters, rows are
-///   split over CTAs where that measured faster (the splits below): a split shortens the
-///   last wave of a call and keeps long rows in registers, which the L2 prefetch needs.
+///   512 threads that re-reads its row from L2 in its second pass. With clusters, the
+///   `MANY_ROWS` table splits rows over CTAs where that measured faster.
 /// * Few rows (at most the SMs) are latency-bound: each row is spread over up to `SMs / M`
 ///   CTAs (at most 8, a cluster, each on its own SM) with one vector per thread, so that
 ///   the rows together cover the SMs; fewer CTAs where that gives CTAs of whole warps
@@ -47,29 +98,16 @@ pub fn launch_shape(
         (1, nv.div_ceil(512))
     };
     if clusters && !latency {
-        // Many rows: the measured cluster splits (CTAs per row, vectors per thread).
-        let (split, split_vectors) = match nv {
-            // H = 8192: two CTAs of 256 beat one CTA at every row count.
-            1024 => (2, 2),
-            // H = 5120: two CTAs of 160 beat one of 160 holding four vectors, up to 64
-            // rows per SM; beyond, one CTA of 320 holding two (fewer registers).
-            640 if m <= 64 * sms => (2, 2),
-            640 => (1, 2),
-            // H = 7168: two CTAs of 224 win only from 16 to 64 rows per SM.
-            896 if m > 16 * sms && m <= 64 * sms => (2, 2),
-            // f16, H = 32768: two CTAs of 512 beat eight of 256 from 16 rows per SM.
-            4096 if dtype == DType::F16 && m > 16 * sms => (2, 4),
-            // f16, H = 16384: one CTA of 512 beats four of 256 from 32 rows per SM.
-            2048 if dtype == DType::F16 && m > 32 * sms => (1, 4),
-            // H = 16384 / 32768: four / eight CTAs of 256 up to 64 rows per SM, held in
-            // registers (where one CTA of 512 re-reads a row of 32768) ...
-            2048 | 4096 if m <= 64 * sms => (nv / 512, 2),
-            // ... then a row of 32768 in two CTAs of 512 holding four: still held.
-            4096 => (2, 4),
-            _ => (c, vectors_per_thread),
+        let rows_per_sm_in = |above: usize, up_to: usize| {
+            m > above.saturating_mul(sms) && m <= up_to.saturating_mul(sms)
         };
-        if split == 1 || fits(split) {
-            (c, vectors_per_thread) = (split, split_vectors);
+        let row = MANY_ROWS.iter().find(|s| {
+            nv == s.h / 8 && s.dtype.is_none_or(|d| d == dtype) && rows_per_sm_in(s.above, s.up_to)
+        });
+        if let Some(s) = row {
+            if s.ctas == 1 || fits(s.ctas) {
+                (c, vectors_per_thread) = (s.ctas, s.vectors);
+            }
         }
     }
     if !clusters {
