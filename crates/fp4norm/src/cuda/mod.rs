@@ -1,11 +1,12 @@
 //! The CUDA backend: the same bytes as [`crate::reference`] on NVIDIA GPUs (sm_80 and
 //! newer; tuned for Hopper sm_90 and Blackwell sm_100+).
 //!
-//! * Kernels are CUDA C++ (`src/cuda/kernels/fp4norm.cu`) compiled at run time by NVRTC
-//!   for the device's exact architecture, one specialisation per configuration, cached in
-//!   the process and on disk (in `FP4NORM_CACHE_DIR`, else `$XDG_CACHE_HOME/fp4norm`, else
-//!   `~/.cache/fp4norm`; `FP4NORM_CACHE_DIR=off` disables it). No CUDA toolkit is needed
-//!   to build; at run time the driver and NVRTC are loaded dynamically.
+//! * Kernels are CUDA C++ (`src/cuda/kernel/cu/`: a shared header and one file per
+//!   kernel) compiled at run time by NVRTC for the device's exact architecture, one
+//!   specialisation per configuration, cached in the process and on disk (in
+//!   `FP4NORM_CACHE_DIR`, else `$XDG_CACHE_HOME/fp4norm`, else `~/.cache/fp4norm`;
+//!   `FP4NORM_CACHE_DIR=off` disables it). No CUDA toolkit is needed to build; at run time
+//!   the driver and NVRTC are loaded dynamically.
 //! * A call does no host synchronisation, allocation or host read of device memory: it
 //!   can be captured in a CUDA graph. The global scale is read by the kernel from device
 //!   memory. Compile the specialisation before capture with [`Gpu::prepare`] (or make one

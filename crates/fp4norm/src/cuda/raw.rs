@@ -85,7 +85,7 @@ pub struct RawDequant {
     pub out: u64,
 }
 
-/// Kernel arguments; mirrors `struct Fp4NormParams` in fp4norm.cu.
+/// Kernel arguments; mirrors `struct Fp4NormParams` in kernel/cu/fused.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct FusedParams {
@@ -107,7 +107,7 @@ struct FusedParams {
     pf_rows: u32,
 }
 
-/// Mirrors `struct Fp4SwizzleParams` in fp4norm.cu.
+/// Mirrors `struct Fp4SwizzleParams` in kernel/cu/swizzle.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct SwizzleParams {
@@ -116,7 +116,7 @@ struct SwizzleParams {
     m: i64,
 }
 
-/// Mirrors `struct Fp4DequantParams` in fp4norm.cu.
+/// Mirrors `struct Fp4DequantParams` in kernel/cu/dequant.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct DequantParams {

@@ -12,7 +12,7 @@ use cudarc::driver::{CudaContext, CudaFunction};
 use cudarc::nvrtc::Ptx;
 
 use super::config::{KernelConfig, KernelKind};
-use super::source::{source, source_text};
+use super::source::{Program, PROGRAM_NAME};
 use crate::cuda::{knobs, nvrtc};
 use crate::Error;
 
@@ -27,21 +27,30 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-/// The disk-cache key of a specialisation: everything that determines the cubin (the
-/// kernel source enters as two independent 64-bit hashes, to keep cache files small).
-fn cache_key(cfg: &KernelConfig, arch: &str) -> Result<String, Error> {
+/// The program of a specialisation and its disk-cache key: everything that determines the
+/// cubin (the source files enter as two independent 64-bit hashes, to keep cache files
+/// small; the defines in full).
+fn keyed_program(cfg: &KernelConfig, arch: &str) -> Result<(String, Program), Error> {
     let nvrtc_version = nvrtc::version()?;
-    let source = source_text()?;
-    let mut reversed = source.as_bytes().to_vec();
-    reversed.reverse();
-    Ok(format!(
+    let program = Program::of(cfg)?;
+    let mut files = Vec::new();
+    for (name, text) in program.files() {
+        for part in [name, text] {
+            files.extend_from_slice(part.as_bytes());
+            files.push(0);
+        }
+    }
+    let forward = fnv1a(&files);
+    files.reverse();
+    let key = format!(
         "fp4norm {} nvrtc {:?} {arch} source {:016x}{:016x}\n{}",
         env!("CARGO_PKG_VERSION"),
         nvrtc_version,
-        fnv1a(source.as_bytes()),
-        fnv1a(&reversed),
-        cfg.defines()
-    ))
+        forward,
+        fnv1a(&files),
+        program.defines
+    );
+    Ok((key, program))
 }
 
 /// `<cache dir>/<arch>/<hash>.cubin`: one folder per target, so one can be shipped alone.
@@ -81,18 +90,32 @@ fn cache_store(arch: &str, key: &str, cubin: &[u8]) {
     })();
 }
 
+fn compile_program(
+    program: &Program,
+    cfg: &KernelConfig,
+    arch: &str,
+) -> Result<nvrtc::Compiled, Error> {
+    nvrtc::compile(
+        PROGRAM_NAME,
+        &program.text(),
+        &program.headers,
+        arch,
+        &cfg.describe(),
+    )
+}
+
 /// Compiles a specialisation for `arch` afresh, past both caches.
 pub fn compile(cfg: &KernelConfig, arch: &str) -> Result<nvrtc::Compiled, Error> {
-    nvrtc::compile(&source(cfg)?, arch, &cfg.describe())
+    compile_program(&Program::of(cfg)?, cfg, arch)
 }
 
 /// Compiles a specialisation for `arch`, through the disk cache.
 fn compile_cached(cfg: &KernelConfig, arch: &str) -> Result<Vec<u8>, Error> {
-    let key = cache_key(cfg, arch)?;
+    let (key, program) = keyed_program(cfg, arch)?;
     if let Some(cubin) = cache_load(arch, &key) {
         return Ok(cubin);
     }
-    let compiled = compile(cfg, arch)?;
+    let compiled = compile_program(&program, cfg, arch)?;
     cache_store(arch, &key, &compiled.cubin);
     Ok(compiled.cubin)
 }
@@ -101,8 +124,8 @@ fn compile_cached(cfg: &KernelConfig, arch: &str) -> Result<Vec<u8>, Error> {
 /// stores it in the disk cache, and returns its resource usage. Needs NVRTC but no GPU:
 /// CI uses it to check every specialisation for spills and local memory.
 pub fn compile_and_report(cfg: &KernelConfig, arch: &str) -> Result<nvrtc::ResourceUsage, Error> {
-    let key = cache_key(cfg, arch)?;
-    let compiled = compile(cfg, arch)?;
+    let (key, program) = keyed_program(cfg, arch)?;
+    let compiled = compile_program(&program, cfg, arch)?;
     cache_store(arch, &key, &compiled.cubin);
     nvrtc::resource_usage(&compiled.log, cfg.function_name()).ok_or_else(|| Error::Compile {
         config: cfg.describe(),

@@ -1,22 +1,22 @@
 //! What one kernel specialisation is: [`KernelConfig`], every compile-time constant of a
-//! kernel, and the `FP4_*` defines it hands the CUDA source (listed at its top).
+//! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
 use super::launch_table::{launch_shape, shape_fits, swizzle_keep_wanted, swizzle_split_wanted};
 use crate::{DType, Problem, ScaleFormat};
 
-/// Which kernel of the source (`FP4_KIND`).
+/// Which kernel: one file of `cu/` each (`FP4_KIND`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelKind {
-    /// `fp4norm_fused`: the op.
+    /// `fp4norm_fused` (`fused.cu`): the op.
     Fused = 0,
-    /// `fp4norm_dequant`: SPEC.md §4.
+    /// `fp4norm_dequant` (`dequant.cu`): SPEC.md §4.
     Dequant = 1,
-    /// `fp4norm_copy`: a 16-byte SM copy, the benchmarks' bandwidth yardstick.
+    /// `fp4norm_copy` (`copy.cu`): a 16-byte SM copy, the benchmarks' bandwidth yardstick.
     Copy = 2,
-    /// `fp4norm_codec_check`: the fused kernel's fast encoders against the literal ones
-    /// on every input (see [`crate::cuda::Gpu::codec_self_check`]).
+    /// `fp4norm_codec_check` (`codec_check.cu`): the fused kernel's fast encoders against
+    /// the literal ones on every input (see [`crate::cuda::Gpu::codec_self_check`]).
     CodecCheck = 3,
-    /// `fp4norm_swizzle`: the second kernel of a split swizzled write
+    /// `fp4norm_swizzle` (`swizzle.cu`): the second kernel of a split swizzled write
     /// ([`KernelConfig::swizzle_split`]); `row_major` says where it reads the codes.
     Swizzle = 4,
 }
@@ -197,7 +197,7 @@ impl KernelConfig {
         }
     }
 
-    /// The `#define`s that specialise the source.
+    /// The `#define`s that specialise the source: every `FP4_*` macro, for every kind.
     pub fn defines(&self) -> String {
         let b = |v: bool| v as u32;
         format!(
