@@ -277,7 +277,7 @@ pub struct ResourceUsage {
 }
 
 /// Parses ptxas' `-v` output for the kernel `function` (its lines follow
-/// "Compiling entry function '<function>'").
+/// `Compiling entry function '<function>'`).
 pub fn resource_usage(log: &str, function: &str) -> Option<ResourceUsage> {
     let start = log.find(&format!("'{function}'"))?;
     let tail = &log[start..];
