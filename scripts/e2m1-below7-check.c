@@ -1,5 +1,6 @@
-// Host check of the kernel's E2M1 encoder arithmetic (fp4norm.cu, e2m1_pack8_fast): for
-// a = |v|, the low nibble of t + (t >> 22), where t = bits(RN32(a + C)) and
+// Host check of the kernel's E2M1 encoder arithmetic (e2m1_pack8_fast, in
+// crates/fp4norm/src/cuda/kernel/cu/common.cuh): for a = |v|, the low nibble of
+// t + (t >> 22), where t = bits(RN32(a + C)) and
 // C = binade(max(a, 1)) * 2^22 + 6 ulps, equals the E2M1 magnitude code of SPEC.md §2
 // (written as e2m1_encode_sw) for every non-negative f32 a < 7 as it is (the unclamped
 // form, BELOW_7) and for every non-NaN a clamped to 6 first (the clamped form). The GPU's

@@ -8,7 +8,8 @@
 //! swizzled, both;
 //! FLAGS, comma-separated: f16, mxfp4 (32-element blocks, UE8M0), ue8m0 (16-element blocks
 //! with UE8M0 scales), y_out.
-use fp4norm::cuda::{nvrtc, GsMode, KernelConfig, KernelKind};
+use fp4norm::cuda::internal::{self, KernelConfig, KernelKind};
+use fp4norm::cuda::GsMode;
 use fp4norm::*;
 
 fn main() {
@@ -60,7 +61,7 @@ fn main() {
     // As Gpu::new does on an H200: sm_90 kernels without the NaN fix-up.
     cfg.hw_canonical_nan = arch == "sm_90";
     // FP4NORM_TUNE_SHAPE=G,R,C, as `Gpu` applies it: the forced launch shape's registers.
-    if let Some(shape) = fp4norm::cuda::kernel::tune_shape_from_env() {
+    if let Some(shape) = internal::tune_shape() {
         if !cfg.try_launch_shape(shape, true) {
             eprintln!("FP4NORM_TUNE_SHAPE {shape:?} does not fit H={h}");
             std::process::exit(2);
@@ -70,17 +71,10 @@ fn main() {
 }
 
 fn compile_and_report(cfg: &KernelConfig, arch: &str, entry: &str, out: Option<&String>) {
-    match nvrtc::compile(
-        &cfg.source().unwrap_or_else(|e| {
-            eprintln!("{e}");
-            std::process::exit(2)
-        }),
-        arch,
-        &cfg.describe(),
-    ) {
+    match internal::compile(cfg, arch) {
         Ok(c) => {
             println!("{}", cfg.describe());
-            println!("{:?}", nvrtc::resource_usage(&c.log, entry));
+            println!("{:?}", internal::resource_usage(&c.log, entry));
             if let Some(out) = out {
                 std::fs::write(out, &c.cubin).expect("writing the cubin");
             }

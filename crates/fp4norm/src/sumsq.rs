@@ -12,7 +12,7 @@
 //! with a proven error bound and keeps that sum whenever it provably gives the same f32
 //! `rstd` ([`rstd_if_decided`]); only the rare rows whose `rstd` lies within that bound
 //! of an f32 rounding boundary take the exact sum ([`exact_sum_of_squares`]). The CUDA
-//! kernel does the same (`fp4norm.cu`, `rstd_checked` and `exact_sum_redo`).
+//! kernel does the same (`cuda/kernel/cu/fused.cu`, `rstd_checked` and `exact_sum_redo`).
 
 /// `rstd = RN32(1 / sqrt(ss / H + eps))` before the final rounding to f32: every step an
 /// f64 IEEE operation (SPEC.md §1.3).

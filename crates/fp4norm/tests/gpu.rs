@@ -11,7 +11,7 @@ mod sweep;
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
-use fp4norm::cuda::{DevFp4Out, DevGlobalScale, DevMat, DevMatMut, Gpu};
+use fp4norm::cuda::{internal, DevFp4Out, DevGlobalScale, DevMat, DevMatMut, Gpu};
 use fp4norm::{
     bf16, cpu, f16, reference, DType, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options,
     RawBuf, RawCall, RawGlobalScale, RawMat, ScaleLayout, ScaleOut,
@@ -26,7 +26,7 @@ const POISON: u8 = 0xAA;
 /// is created, which a capture in progress on another thread of the same (primary)
 /// context forbids — the capture fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and the
 /// stream creation with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (seen on the H200 with three
-/// test threads, thirteenth session).
+/// test threads).
 static CAPTURE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn gpu() -> Option<&'static Gpu> {
@@ -523,16 +523,15 @@ fn gpu_many_row_shapes_at_300_rows() {
     shapes.dedup();
     let mut failures = Vec::new();
     for &shape in &shapes {
-        let g = Gpu::new(0)
-            .expect("opening CUDA device 0")
-            .with_launch_shape(Some(shape));
+        let g =
+            internal::with_launch_shape(Gpu::new(0).expect("opening CUDA device 0"), Some(shape));
         let of_shape: Vec<&Case> = cases
             .iter()
             .filter(|(_, s)| *s == shape)
             .map(|(c, _)| c)
             .collect();
         for c in &of_shape {
-            let cfg = g.config(&c.problem(c.dtype), c.gs_mode(), c.aligned());
+            let cfg = internal::config(&g, &c.problem(c.dtype), c.gs_mode(), c.aligned());
             assert_eq!(
                 (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster),
                 shape,
@@ -750,7 +749,7 @@ fn gpu_many_threads_many_specialisations() {
         .iter()
         .filter(|c| c.m > 0)
         .flat_map(|c| {
-            let cfg = g.config(&c.problem(c.dtype), c.gs_mode(), c.aligned());
+            let cfg = internal::config(&g, &c.problem(c.dtype), c.gs_mode(), c.aligned());
             [Some(cfg), cfg.swizzle_pass()]
         })
         .flatten()

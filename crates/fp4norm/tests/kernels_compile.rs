@@ -15,13 +15,13 @@ mod sweep;
 use std::collections::BTreeSet;
 use std::io::Write;
 
-use fp4norm::cuda::{kernel, nvrtc, KernelConfig};
+use fp4norm::cuda::internal::{self, KernelConfig, KernelKind};
 use rayon::prelude::*;
 
 /// The SM count the launch shapes are planned for (the H200's).
 const PLAN_SMS: u32 = 132;
 
-/// The fused kernel a call of `p` uses on the planned GPU, as `Gpu::config` builds it (the
+/// The fused kernel a call of `p` uses on the planned GPU, as `internal::config` builds it (the
 /// H200 compiles sm_90 kernels without the NaN fix-up, see `Gpu::new`).
 fn planned(
     p: &fp4norm::Problem,
@@ -108,15 +108,15 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         }
     }
     // The bench's copy yardstick and the GPU tests' codec self-check.
-    out.push(KernelConfig::shapeless(kernel::KernelKind::Copy));
-    out.push(KernelConfig::shapeless(kernel::KernelKind::CodecCheck));
+    out.push(KernelConfig::shapeless(KernelKind::Copy));
+    out.push(KernelConfig::shapeless(KernelKind::CodecCheck));
     out
 }
 
 #[test]
 fn every_sweep_kernel_compiles_without_spills() {
     let require = std::env::var_os("FP4NORM_REQUIRE_NVRTC").is_some_and(|v| v != "0");
-    if let Err(e) = nvrtc::ensure_loaded() {
+    if let Err(e) = internal::ensure_loaded() {
         assert!(!require, "FP4NORM_REQUIRE_NVRTC is set: {e}");
         let _ = writeln!(std::io::stderr().lock(), "SKIPPED (no NVRTC): {e}");
         return;
@@ -134,9 +134,12 @@ fn every_sweep_kernel_compiles_without_spills() {
         }
         let cfgs = configs(hw);
         let started = std::time::Instant::now();
-        let results: Vec<(KernelConfig, Result<nvrtc::ResourceUsage, fp4norm::Error>)> = cfgs
+        let results: Vec<(
+            KernelConfig,
+            Result<internal::ResourceUsage, fp4norm::Error>,
+        )> = cfgs
             .par_iter()
-            .map(|c| (*c, kernel::compile_and_report(c, arch)))
+            .map(|c| (*c, internal::compile_and_report(c, arch)))
             .collect();
         let mut max_regs = 0;
         for (cfg, r) in &results {
@@ -155,7 +158,7 @@ fn every_sweep_kernel_compiles_without_spills() {
             max_regs
         ));
     }
-    let version = nvrtc::version()
+    let version = internal::version()
         .map(|(major, minor)| format!("NVRTC {major}.{minor}"))
         .unwrap_or_else(|e| format!("NVRTC version unknown ({e})"));
     let _ = writeln!(

@@ -1,10 +1,12 @@
 //! The CUDA backend: the same bytes as [`crate::reference`] on NVIDIA GPUs (sm_80 and
 //! newer; tuned for Hopper sm_90 and Blackwell sm_100+).
 //!
-//! * Kernels are CUDA C++ (`src/cuda/kernels/fp4norm.cu`) compiled at run time by NVRTC
-//!   for the device's exact architecture, one specialisation per configuration, cached in
-//!   the process and on disk (see [`kernel::disk_cache_dir`]). No CUDA toolkit is needed
-//!   to build; at run time the driver and NVRTC are loaded dynamically.
+//! * Kernels are CUDA C++ (`src/cuda/kernel/cu/`: a shared header and one file per
+//!   kernel) compiled at run time by NVRTC for the device's exact architecture, one
+//!   specialisation per configuration, cached in the process and on disk (in
+//!   `FP4NORM_CACHE_DIR`, else `$XDG_CACHE_HOME/fp4norm`, else `~/.cache/fp4norm`;
+//!   `FP4NORM_CACHE_DIR=off` disables it). No CUDA toolkit is needed to build; at run time
+//!   the driver and NVRTC are loaded dynamically.
 //! * A call does no host synchronisation, allocation or host read of device memory: it
 //!   can be captured in a CUDA graph. The global scale is read by the kernel from device
 //!   memory. Compile the specialisation before capture with [`Gpu::prepare`] (or make one
@@ -12,8 +14,11 @@
 //! * [`Gpu::add_rmsnorm_fp4quant`] works on cudarc device memory; [`Gpu::launch_raw`]
 //!   takes raw device pointers and a raw stream, for PyTorch or C++ engines.
 
-pub mod kernel;
-pub mod nvrtc;
+#[doc(hidden)]
+pub mod internal;
+mod kernel;
+mod knobs;
+mod nvrtc;
 mod raw;
 
 use std::sync::Arc;
@@ -23,7 +28,8 @@ use cudarc::driver::{
     DeviceRepr, SyncOnDrop,
 };
 
-pub use kernel::{GsMode, KernelConfig, KernelKind};
+pub use kernel::GsMode;
+use kernel::KernelConfig;
 pub use raw::LaunchOptions;
 
 /// A CUDA stream handle of the driver API (`CUstream`, the same as the runtime's
@@ -117,7 +123,8 @@ pub struct Gpu {
     pdl: std::sync::atomic::AtomicBool,
     hw_canonical_nan: bool,
     clusters: bool,
-    /// Measurement knobs read once from the environment (see [`Gpu::config`]).
+    /// The launch shape forced by `FP4NORM_TUNE_SHAPE` (read by `Gpu::new`) or by
+    /// `with_launch_shape`, where it fits.
     tune_shape: Option<(u32, u32, u32)>,
 }
 
@@ -154,7 +161,7 @@ impl Gpu {
             )));
         }
         let (mut arch, mut hw_e2m1) = arch_for(major, minor);
-        if std::env::var_os("FP4NORM_SOFTWARE_E2M1").is_some_and(|v| v != "0") {
+        if knobs::software_e2m1() {
             arch = format!("sm_{major}{minor}");
             hw_e2m1 = false;
         }
@@ -171,22 +178,18 @@ impl Gpu {
             // sm_90's packed add/cvt return 0x7FFF for NaN: checked on an H200 by the
             // GPU tests' NaN cases with the fix-up compiled out. Other targets keep the
             // fix-up until seen (FP4NORM_ASSUME_HW_CANONICAL_NAN=1/0 overrides, for checks).
-            hw_canonical_nan: match std::env::var("FP4NORM_ASSUME_HW_CANONICAL_NAN") {
-                Ok(v) => v != "0",
-                Err(_) => (major, minor) == (9, 0),
-            },
+            hw_canonical_nan: knobs::assume_hw_canonical_nan().unwrap_or((major, minor) == (9, 0)),
             clusters: major >= 9,
-            tune_shape: kernel::tune_shape_from_env(),
+            tune_shape: knobs::tune_shape(),
         })
     }
 
     /// Forces the launch shape (threads per row, rows per CTA, CTAs per row) of every fused
-    /// call on this `Gpu` where it fits the problem ([`kernel::shape_fits`]; elsewhere the
-    /// launch table's shape runs), as the measurement knob `FP4NORM_TUNE_SHAPE=G,R,C` does;
-    /// `None` restores the table. For measuring launch-shape tables, and for testing at
-    /// small sizes the shapes the table picks only for large calls: the bytes written never
-    /// depend on the shape.
-    pub fn with_launch_shape(mut self, shape: Option<(u32, u32, u32)>) -> Self {
+    /// call on this `Gpu` where it fits the problem (elsewhere the launch table's shape
+    /// runs), as the measurement knob `FP4NORM_TUNE_SHAPE=G,R,C` does; `None` restores the
+    /// table. For measuring launch-shape tables, and for testing at small sizes the shapes
+    /// the table picks only for large calls: the bytes written never depend on the shape.
+    pub(crate) fn with_launch_shape(mut self, shape: Option<(u32, u32, u32)>) -> Self {
         self.tune_shape = shape;
         self
     }
@@ -256,7 +259,12 @@ impl Gpu {
     }
 
     /// The kernel specialisation a call with these parameters uses on this device.
-    pub fn config(&self, problem: &crate::Problem, gs: GsMode, aligned: bool) -> KernelConfig {
+    pub(crate) fn config(
+        &self,
+        problem: &crate::Problem,
+        gs: GsMode,
+        aligned: bool,
+    ) -> KernelConfig {
         let mut cfg = KernelConfig::fused(
             problem,
             gs,
@@ -266,9 +274,8 @@ impl Gpu {
             self.clusters,
         );
         cfg.hw_canonical_nan = self.hw_canonical_nan;
-        cfg.force_exact_sumsq = kernel::force_exact_sumsq_knob();
-        // A knob for measuring launch shapes on a device (the bytes never change):
-        // FP4NORM_TUNE_SHAPE=G,R,C forces a launch shape where it is valid.
+        cfg.force_exact_sumsq = knobs::force_exact_sumsq();
+        // The launch shape forced by FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid.
         if let Some(shape) = self.tune_shape {
             if !cfg.try_launch_shape(shape, self.clusters) {
                 static WARNED: std::sync::atomic::AtomicBool =
@@ -377,8 +384,8 @@ impl Gpu {
     /// hardware E4M3 conversions, and the block scales' division by 6 and UE8M0 code
     /// without division routines) against the literal SPEC.md encoders on every f32 input
     /// and every E4M3 code, on this device; synchronises `stream`. A check for tests and
-    /// `fp4norm verify`, not for inference. Well under a second on an H200 (325–470 ms in
-    /// the GPU tests, the kernel's load or compilation included).
+    /// `fp4norm verify`, not for inference: well under a second on an H200, the kernel's
+    /// load or compilation included.
     pub fn codec_self_check(&self, stream: &Arc<CudaStream>) -> Result<CodecSelfCheck, Error> {
         self.check_stream(stream)?;
         let r = raw::run_codec_check(self, stream)?;

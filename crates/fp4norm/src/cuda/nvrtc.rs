@@ -1,15 +1,14 @@
 //! Finding NVRTC and compiling kernels to cubins (no GPU needed to compile).
 
-use std::ffi::CString;
+use std::ffi::{c_char, c_int, CString};
+use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys};
 
+use super::knobs;
 use crate::Error;
-
-/// Environment variable naming the folder that holds `libnvrtc.so.*`.
-pub const NVRTC_DIR_ENV: &str = "FP4NORM_NVRTC_DIR";
 
 const NVRTC_NAMES: &[&str] = &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
 
@@ -118,8 +117,8 @@ pub fn ensure_loaded() -> Result<(), Error> {
     static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
     LOADED
         .get_or_init(|| {
-            if let Some(dir) = std::env::var_os(NVRTC_DIR_ENV) {
-                return load_from(Path::new(&dir)).map_err(|e| format!("{NVRTC_DIR_ENV}: {e}"));
+            if let Some(dir) = knobs::nvrtc_dir() {
+                return load_from(Path::new(&dir)).map_err(|e| format!("FP4NORM_NVRTC_DIR: {e}"));
             }
             let mut tried = Vec::new();
             for dir in candidate_dirs() {
@@ -166,18 +165,54 @@ pub struct Compiled {
     pub log: String,
 }
 
-/// Compiles CUDA C++ `source` to a cubin for `arch` (e.g. `sm_90`, `sm_100a`).
-pub fn compile(source: &str, arch: &str, config: &str) -> Result<Compiled, Error> {
+/// Compiles the CUDA C++ program `name` (its text `source`, which may include each of
+/// `headers`, given as (name, text)) to a cubin for `arch` (e.g. `sm_90`, `sm_100a`);
+/// `config` names the specialisation in errors.
+pub fn compile(
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    arch: &str,
+    config: &str,
+) -> Result<Compiled, Error> {
     ensure_loaded()?;
-    let src = CString::new(source).map_err(|_| Error::Compile {
-        config: config.into(),
-        log: "NUL in source".into(),
-    })?;
-    let name = CString::new("fp4norm.cu").expect("no NUL");
-    let prog = nvrtc_result::create_program(&src, Some(&name)).map_err(|e| Error::Compile {
-        config: config.into(),
-        log: format!("nvrtcCreateProgram: {e:?}"),
-    })?;
+    let c_string = |s: &str| {
+        CString::new(s).map_err(|_| Error::Compile {
+            config: config.into(),
+            log: format!("NUL in {name} or its headers"),
+        })
+    };
+    let src = c_string(source)?;
+    let prog_name = c_string(name)?;
+    let header_texts = headers
+        .iter()
+        .map(|(_, text)| c_string(text))
+        .collect::<Result<Vec<_>, _>>()?;
+    let header_names = headers
+        .iter()
+        .map(|(header, _)| c_string(header))
+        .collect::<Result<Vec<_>, _>>()?;
+    let text_ptrs: Vec<*const c_char> = header_texts.iter().map(|s| s.as_ptr()).collect();
+    let name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
+    let mut prog = MaybeUninit::uninit();
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call (NVRTC copies
+    // them), and both arrays hold `headers.len()` of them.
+    let prog = unsafe {
+        nvrtc_sys::nvrtcCreateProgram(
+            prog.as_mut_ptr(),
+            src.as_ptr(),
+            prog_name.as_ptr(),
+            headers.len() as c_int,
+            text_ptrs.as_ptr(),
+            name_ptrs.as_ptr(),
+        )
+        .result()
+        .map_err(|e| Error::Compile {
+            config: config.into(),
+            log: format!("nvrtcCreateProgram: {e:?}"),
+        })?;
+        prog.assume_init()
+    };
     let options = [
         format!("--gpu-architecture={arch}"),
         // Exactness: no contraction, no flush-to-zero, IEEE division and square root.
@@ -242,7 +277,7 @@ pub struct ResourceUsage {
 }
 
 /// Parses ptxas' `-v` output for the kernel `function` (its lines follow
-/// "Compiling entry function '<function>'").
+/// `Compiling entry function '<function>'`).
 pub fn resource_usage(log: &str, function: &str) -> Option<ResourceUsage> {
     let start = log.find(&format!("'{function}'"))?;
     let tail = &log[start..];

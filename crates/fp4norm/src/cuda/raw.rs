@@ -22,7 +22,7 @@ pub struct LaunchOptions {
     pub devices_checked: bool,
 }
 
-/// Kernel arguments; mirrors `struct Fp4NormParams` in fp4norm.cu.
+/// Kernel arguments; mirrors `struct Fp4NormParams` in kernel/cu/fused.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct FusedParams {
@@ -44,7 +44,7 @@ struct FusedParams {
     pf_rows: u32,
 }
 
-/// Mirrors `struct Fp4SwizzleParams` in fp4norm.cu.
+/// Mirrors `struct Fp4SwizzleParams` in kernel/cu/swizzle.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct SwizzleParams {
@@ -53,7 +53,7 @@ struct SwizzleParams {
     m: i64,
 }
 
-/// Mirrors `struct Fp4DequantParams` in fp4norm.cu.
+/// Mirrors `struct Fp4DequantParams` in kernel/cu/dequant.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct DequantParams {

@@ -306,10 +306,10 @@ pub fn edge_cases() -> Vec<Case> {
 
 /// The launch table's many-row shapes that the sweep's sizes never reach (calls of 17 to
 /// 128 rows per SM: up to 2^31 elements), each with a case of 300 rows to run it forced
-/// (`Gpu::with_launch_shape`): bf16 and f16, both presets, every layout in turn, H = 2048
+/// (`internal::with_launch_shape`): bf16 and f16, both presets, every layout in turn, H = 2048
 /// to 32768, with and without residual and `y_out`. The CI compile check builds the same.
 pub fn many_row_shape_cases(sms: u32) -> Vec<(Case, (u32, u32, u32))> {
-    use fp4norm::cuda::kernel::launch_shape;
+    use fp4norm::cuda::internal::launch_shape;
     let mut out: Vec<(Case, (u32, u32, u32))> = Vec::new();
     let mut idx = 0usize;
     for dtype in [DType::BF16, DType::F16] {

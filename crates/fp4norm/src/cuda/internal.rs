@@ -1,0 +1,27 @@
+//! **Not part of the API**: what the crate's own integration tests, examples and tools
+//! need of the GPU backend's internals (kernel configurations, the launch table, NVRTC),
+//! in one place. It may change or disappear in any release, without notice; nothing
+//! outside this repository should use it.
+
+use super::{Gpu, GsMode};
+use crate::Problem;
+
+pub use super::kernel::{compile, compile_and_report, launch_shape, KernelConfig, KernelKind};
+pub use super::nvrtc::{ensure_loaded, resource_usage, version, Compiled, ResourceUsage};
+
+/// The launch shape `FP4NORM_TUNE_SHAPE=G,R,C` forces, if set (announced on stderr).
+pub fn tune_shape() -> Option<(u32, u32, u32)> {
+    super::knobs::tune_shape()
+}
+
+/// The kernel specialisation a call with these parameters uses on `gpu`.
+pub fn config(gpu: &Gpu, problem: &Problem, gs: GsMode, aligned: bool) -> KernelConfig {
+    gpu.config(problem, gs, aligned)
+}
+
+/// `gpu` with every fused call's launch shape forced where it fits (`None`: the launch
+/// table's), as `FP4NORM_TUNE_SHAPE` does: for testing at small sizes the shapes the
+/// table picks only for large calls.
+pub fn with_launch_shape(gpu: Gpu, shape: Option<(u32, u32, u32)>) -> Gpu {
+    gpu.with_launch_shape(shape)
+}

@@ -1,0 +1,334 @@
+//! What one kernel specialisation is: [`KernelConfig`], every compile-time constant of a
+//! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
+
+use super::launch_table::{launch_shape, shape_fits, swizzle_keep_wanted, swizzle_split_wanted};
+use crate::{DType, Problem, ScaleFormat};
+
+/// Which kernel: one file of `cu/` each (`FP4_KIND`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKind {
+    /// `fp4norm_fused` (`fused.cu`): the op.
+    Fused = 0,
+    /// `fp4norm_dequant` (`dequant.cu`): SPEC.md §4.
+    Dequant = 1,
+    /// `fp4norm_copy` (`copy.cu`): a 16-byte SM copy, the benchmarks' bandwidth yardstick.
+    Copy = 2,
+    /// `fp4norm_codec_check` (`codec_check.cu`): the fused kernel's fast encoders against
+    /// the literal ones on every input (see [`crate::cuda::Gpu::codec_self_check`]).
+    CodecCheck = 3,
+    /// `fp4norm_swizzle` (`swizzle.cu`): the second kernel of a split swizzled write
+    /// ([`KernelConfig::swizzle_split`]); `row_major` says where it reads the codes.
+    Swizzle = 4,
+}
+
+/// How the global scale reaches the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GsMode {
+    /// No global scale: 1.0 (and UE8M0, which does not use it).
+    None,
+    /// One value in device memory.
+    Uniform,
+    /// One value per row in device memory.
+    PerRow,
+}
+
+/// One specialisation: everything that is a compile-time constant of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelConfig {
+    /// Which kernel.
+    pub kind: KernelKind,
+    /// Element dtype.
+    pub dtype: DType,
+    /// Hidden size.
+    pub h: usize,
+    /// Block size (16 or 32).
+    pub block: usize,
+    /// UE8M0 (true) or E4M3 scales.
+    pub ue8m0: bool,
+    /// Write row-major scales.
+    pub row_major: bool,
+    /// Write swizzled scales.
+    pub swizzled: bool,
+    /// Residual add (false: `rmsnorm_fp4quant`).
+    pub residual: bool,
+    /// Write `y_out`.
+    pub y_out: bool,
+    /// Global-scale source.
+    pub gs: GsMode,
+    /// Hardware E2M1 conversion (sm_100a-class targets).
+    pub hw_e2m1: bool,
+    /// Trust the packed add/cvt to return the canonical NaN 0x7FFF (no fix-up code).
+    pub hw_canonical_nan: bool,
+    /// Every row takes the exact sum of squares, the path the kernel otherwise takes only
+    /// for the rare rows whose f64 sum cannot decide rstd (the test knob
+    /// `FP4NORM_FORCE_EXACT_SUMSQ=1`; the bytes are the same either way).
+    pub force_exact_sumsq: bool,
+    /// Threads per row.
+    pub threads_per_row: u32,
+    /// Rows per CTA.
+    pub rows_per_cta: u32,
+    /// CTAs per row (a thread-block cluster); 1 = one CTA holds whole rows.
+    pub cluster: u32,
+    /// 16-byte vector accesses (false: the element-wise fallback).
+    pub aligned: bool,
+    /// Swizzled scales written by a second kernel, [`KernelKind::Swizzle`] (see
+    /// `swizzle_split_wanted`): the fused kernel stages the codes with coalesced stores.
+    pub swizzle_split: bool,
+    /// The direct swizzled write's 4-byte words stored with an L2 evict-last policy (see
+    /// `swizzle_keep_wanted`); only where `swizzled && aligned && !swizzle_split`.
+    pub swizzle_keep: bool,
+}
+
+impl KernelConfig {
+    /// The fused kernel's configuration for `p`, with the launch shape the launch table
+    /// gives a device of `sm_count` SMs (with thread-block `clusters` or not).
+    pub fn fused(
+        p: &Problem,
+        gs: GsMode,
+        aligned: bool,
+        hw_e2m1: bool,
+        sm_count: u32,
+        clusters: bool,
+    ) -> Self {
+        let (g, r, c) = launch_shape(p.h, p.block(), p.m, p.dtype, sm_count, clusters);
+        // The swizzle pass moves 4-byte words: only for the vector kernel, whose
+        // `aligned` implies 4-byte aligned scale pointers (any alignment is allowed).
+        let swizzle_split = p.layout.has_swizzled()
+            && aligned
+            && swizzle_split_wanted(p.m, p.h, p.block(), clusters);
+        KernelConfig {
+            kind: KernelKind::Fused,
+            dtype: p.dtype,
+            h: p.h,
+            block: p.block(),
+            ue8m0: p.format.scale == ScaleFormat::UE8M0,
+            row_major: p.layout.has_row_major(),
+            swizzled: p.layout.has_swizzled(),
+            residual: p.has_residual,
+            y_out: p.has_y_out,
+            gs: if p.format.scale == ScaleFormat::UE8M0 {
+                GsMode::None
+            } else {
+                gs
+            },
+            hw_e2m1,
+            hw_canonical_nan: false,
+            force_exact_sumsq: false,
+            threads_per_row: g,
+            rows_per_cta: r,
+            cluster: c,
+            aligned,
+            swizzle_split,
+            swizzle_keep: p.layout.has_swizzled()
+                && aligned
+                && !swizzle_split
+                && swizzle_keep_wanted(p.m, p.h),
+        }
+    }
+
+    /// Replaces the launch shape (threads per row, rows per CTA, CTAs per row) with `shape`
+    /// if the kernel supports it for this configuration's rows (`shape_fits`; `clusters`:
+    /// whether the device has thread-block clusters), and says whether it did.
+    pub fn try_launch_shape(&mut self, shape: (u32, u32, u32), clusters: bool) -> bool {
+        let fits = shape_fits(self.h, self.block, shape, clusters);
+        if fits {
+            (self.threads_per_row, self.rows_per_cta, self.cluster) = shape;
+        }
+        fits
+    }
+
+    /// The swizzle pass that completes a fused call of this configuration, if it is split.
+    pub fn swizzle_pass(&self) -> Option<KernelConfig> {
+        (self.kind == KernelKind::Fused && self.swizzle_split).then(|| KernelConfig {
+            h: self.h,
+            block: self.block,
+            row_major: self.row_major,
+            swizzled: true,
+            ..KernelConfig::shapeless(KernelKind::Swizzle)
+        })
+    }
+
+    /// The configuration of a kernel that has no launch shape of its own (the copy
+    /// yardstick, the codec self-check; the dequantisation and swizzle kernels set their
+    /// format fields over it).
+    pub fn shapeless(kind: KernelKind) -> Self {
+        KernelConfig {
+            kind,
+            dtype: DType::BF16,
+            h: 16,
+            block: 16,
+            ue8m0: false,
+            row_major: false,
+            swizzled: false,
+            residual: false,
+            y_out: false,
+            gs: GsMode::None,
+            hw_e2m1: false,
+            hw_canonical_nan: false,
+            force_exact_sumsq: false,
+            threads_per_row: 32,
+            rows_per_cta: 1,
+            cluster: 1,
+            aligned: true,
+            swizzle_split: false,
+            swizzle_keep: false,
+        }
+    }
+
+    /// The kernel's entry point.
+    pub fn function_name(&self) -> &'static str {
+        match self.kind {
+            KernelKind::Fused => "fp4norm_fused",
+            KernelKind::Dequant => "fp4norm_dequant",
+            KernelKind::Copy => "fp4norm_copy",
+            KernelKind::CodecCheck => "fp4norm_codec_check",
+            KernelKind::Swizzle => "fp4norm_swizzle",
+        }
+    }
+
+    /// Threads per CTA.
+    pub fn block_threads(&self) -> u32 {
+        match self.kind {
+            KernelKind::Fused => self.threads_per_row * self.rows_per_cta,
+            KernelKind::Dequant => 256,
+            KernelKind::Copy => 512,
+            KernelKind::CodecCheck => 256,
+            KernelKind::Swizzle => 256,
+        }
+    }
+
+    /// The `#define`s that specialise the source: every `FP4_*` macro, for every kind.
+    pub fn defines(&self) -> String {
+        let b = |v: bool| v as u32;
+        format!(
+            "#define FP4_KIND {}\n#define FP4_F16 {}\n#define FP4_H {}\n#define FP4_BLOCK {}\n#define FP4_UE8M0 {}\n\
+             #define FP4_ROW_MAJOR {}\n#define FP4_SWIZZLED {}\n#define FP4_RESIDUAL {}\n\
+             #define FP4_Y_OUT {}\n#define FP4_GS {}\n#define FP4_HW_E2M1 {}\n#define FP4_HW_CANONICAL_NAN {}\n#define FP4_FORCE_EXACT_SUMSQ {}\n#define FP4_G {}\n\
+             #define FP4_R {}\n#define FP4_C {}\n#define FP4_VEC_ALIGNED {}\n#define FP4_SWZ_SPLIT {}\n#define FP4_SWZ_KEEP {}\n\
+             #define FP4_HOLD_IN_REGS {}\n#define FP4_MIN_CTAS {}\n",
+            self.kind as u32,
+            b(self.dtype == DType::F16),
+            self.h,
+            self.block,
+            b(self.ue8m0),
+            b(self.row_major),
+            b(self.swizzled),
+            b(self.residual),
+            b(self.y_out),
+            match self.gs {
+                GsMode::None => 0,
+                GsMode::Uniform => 1,
+                GsMode::PerRow => 2,
+            },
+            b(self.hw_e2m1),
+            b(self.hw_canonical_nan),
+            b(self.force_exact_sumsq),
+            self.threads_per_row,
+            self.rows_per_cta,
+            self.cluster,
+            b(self.aligned),
+            b(self.swizzle_split),
+            b(self.swizzle_keep),
+            b(self.holds_rows_in_registers()),
+            self.min_ctas_per_sm(),
+        )
+    }
+
+    /// Vectors (8 elements, 16 bytes) per thread of the fused kernel: a row's vectors over
+    /// its CTAs, then over each CTA's threads per row (the kernel's `VPT`).
+    pub fn vectors_per_thread(&self) -> usize {
+        let vectors_per_cta = (self.h / 8) / self.cluster.max(1) as usize;
+        vectors_per_cta.div_ceil(self.threads_per_row.max(1) as usize)
+    }
+
+    /// Whether the fused kernel keeps each row in registers between its two passes rather
+    /// than re-reading it from L2 in the second (`FP4_HOLD_IN_REGS`): up to four vectors
+    /// per thread, or eight in CTAs of at most 256 threads. Only rows held in registers
+    /// get the L2 prefetch by default (`l2_prefetch_rows`): one rule for both.
+    pub fn holds_rows_in_registers(&self) -> bool {
+        let vpt = self.vectors_per_thread();
+        vpt <= 4 || (vpt <= 8 && self.block_threads() <= 256)
+    }
+
+    /// The minimum of resident CTAs per SM that the fused kernel's launch bound asks for
+    /// (`FP4_MIN_CTAS`; 1 = none beyond the CTA size): two CTAs of 512 threads, five of
+    /// 256, ten of 128, which caps them at 64 or 48 registers.
+    ///
+    /// Without an explicit minimum, ptxas trades registers for occupancy and sinks some of
+    /// pass 1's loads below the first arithmetic, so fewer loads are in flight; the bound
+    /// is chosen where no kernel spills (the CI compile check). The element-wise fallback
+    /// (unaligned rows) is not bounded: at 64 registers some of its kernels spill.
+    pub fn min_ctas_per_sm(&self) -> u32 {
+        if !self.aligned {
+            return 1;
+        }
+        match self.block_threads() {
+            512 => 2,
+            256 => 5,
+            128 => 10,
+            _ => 1,
+        }
+    }
+
+    /// A one-line description for logs and errors.
+    pub fn describe(&self) -> String {
+        format!(
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={}",
+            self.kind,
+            self.dtype,
+            self.h,
+            self.block,
+            if self.ue8m0 { "ue8m0" } else { "e4m3" },
+            self.row_major,
+            self.swizzled,
+            self.residual,
+            self.y_out,
+            self.gs,
+            self.hw_e2m1,
+            self.hw_canonical_nan,
+            self.force_exact_sumsq,
+            self.threads_per_row,
+            self.rows_per_cta,
+            self.cluster,
+            self.aligned,
+            self.swizzle_split,
+            self.swizzle_keep
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMS: u32 = 132;
+
+    #[test]
+    fn the_kernel_takes_its_register_hold_and_launch_bound_from_the_host() {
+        let p = super::super::bf16_nvfp4_problem(16384, 32768);
+        let shaped = |shape: (u32, u32, u32), aligned: bool| {
+            let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, SMS, true);
+            assert!(cfg.try_launch_shape(shape, true), "{shape:?}");
+            cfg
+        };
+        // (vectors per thread, held, launch bound) per shape of a row of 4096 vectors.
+        for (shape, vpt, held, min_ctas) in [
+            ((256, 1, 8), 2, true, 5),  // eight CTAs of 256
+            ((512, 1, 2), 4, true, 2),  // two CTAs of 512
+            ((256, 1, 2), 8, true, 5),  // eight vectors in a CTA of 256 still held
+            ((512, 1, 1), 8, false, 2), // ... not in one of 512: the re-reading CTA
+            ((1024, 1, 1), 4, true, 1), // no launch bound beyond the size
+            ((224, 1, 1), 19, false, 1),
+        ] {
+            let cfg = shaped(shape, true);
+            assert_eq!(cfg.vectors_per_thread(), vpt, "{shape:?}");
+            assert_eq!(cfg.holds_rows_in_registers(), held, "{shape:?}");
+            assert_eq!(cfg.min_ctas_per_sm(), min_ctas, "{shape:?}");
+            let defines = cfg.defines();
+            assert!(defines.contains(&format!("#define FP4_HOLD_IN_REGS {}\n", held as u32)));
+            assert!(defines.contains(&format!("#define FP4_MIN_CTAS {min_ctas}\n")));
+        }
+        // The element-wise fallback (unaligned rows) is never bounded.
+        assert_eq!(shaped((512, 1, 1), false).min_ctas_per_sm(), 1);
+    }
+}

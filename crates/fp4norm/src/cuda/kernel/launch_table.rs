@@ -1,0 +1,472 @@
+//! What a fused call launches, by its size: the launch shape (the table of many-row
+//! cluster splits and the rules around it), the form of the swizzled write, and the L2
+//! prefetch distance. None of it changes the bytes a call writes, only its speed; every
+//! rule was measured on the H200, and the figures behind each are in BENCHMARKS.md.
+
+use super::config::{KernelConfig, KernelKind};
+use crate::cuda::knobs;
+use crate::DType;
+
+/// One row of [`MANY_ROWS`]: calls of rows of `h` elements (of `dtype`, or any dtype)
+/// with more than `above` and at most `up_to` rows per SM take `ctas` CTAs per row holding
+/// `vectors` vectors per thread.
+struct Split {
+    h: usize,
+    dtype: Option<DType>,
+    above: usize,
+    up_to: usize,
+    ctas: usize,
+    vectors: usize,
+}
+
+const fn split(
+    h: usize,
+    dtype: Option<DType>,
+    above: usize,
+    up_to: usize,
+    ctas: usize,
+    vectors: usize,
+) -> Split {
+    Split {
+        h,
+        dtype,
+        above,
+        up_to,
+        ctas,
+        vectors,
+    }
+}
+
+const ANY: Option<DType> = None;
+const F16: Option<DType> = Some(DType::F16);
+const ALL: usize = usize::MAX;
+
+/// The launch table of many rows (more than the SMs) on GPUs with thread-block clusters:
+/// the first row that matches a call gives its CTAs per row (one cluster) and vectors per
+/// thread, as long as each CTA then owns whole groups of four scale blocks; a call that no
+/// row matches keeps the default shape of [`launch_shape`]. Splitting a row shortens the
+/// last wave of a call and keeps long rows in registers, which the L2 prefetch needs.
+#[rustfmt::skip]
+const MANY_ROWS: &[Split] = &[
+    //    H      dtype rows/SM   CTAs vectors
+    split(8192,  ANY,  1,  ALL,  2,   2), // two CTAs of 256 beat one CTA at every row count
+    split(5120,  ANY,  1,  64,   2,   2), // two CTAs of 160 beat one of 160 holding four
+    split(5120,  ANY,  64, ALL,  1,   2), // then one CTA of 320: fewer registers than 160 x 4
+    split(7168,  ANY,  16, 64,   2,   2), // two CTAs of 224 win only from 16 to 64 rows/SM
+    split(32768, F16,  16, ALL,  2,   4), // f16: two CTAs of 512 beat eight of 256 from 16
+    split(16384, F16,  32, ALL,  1,   4), // f16: one CTA of 512 beats four of 256 from 32
+    split(16384, ANY,  1,  64,   4,   2), // four CTAs of 256 beat one of 512
+    split(32768, ANY,  1,  64,   8,   2), // eight CTAs of 256 hold the row; one of 512 re-reads
+    split(32768, ANY,  64, ALL,  2,   4), // then two CTAs of 512: still held, fewer CTAs
+];
+
+/// Threads per row, rows per CTA and CTAs per row for `m` rows of `h` elements in blocks
+/// of `block`, on a device of `sm_count` SMs (with thread-block `clusters` or not). Each
+/// thread handles 8-element (16-byte) vectors.
+///
+/// * Many rows (more than SMs) are throughput-bound: two vectors per thread up to H = 4096,
+///   four up to H = 16384, one row per CTA (short rows share a CTA, so that CTAs stay at
+///   least 128 threads wide) and every row held in registers; longer rows take one CTA of
+///   512 threads that re-reads its row from L2 in its second pass. With clusters, the
+///   `MANY_ROWS` table splits rows over CTAs where that measured faster.
+/// * Few rows (at most the SMs) are latency-bound: each row is spread over up to `SMs / M`
+///   CTAs (at most 8, a cluster, each on its own SM) with one vector per thread, so that
+///   the rows together cover the SMs; fewer CTAs where that gives CTAs of whole warps
+///   (down to half as many). Beyond 512 threads per CTA a thread takes more vectors,
+///   except that a whole row of 2048 vectors or more in one CTA takes 1024 threads.
+pub fn launch_shape(
+    h: usize,
+    block: usize,
+    m: usize,
+    dtype: DType,
+    sm_count: u32,
+    clusters: bool,
+) -> (u32, u32, u32) {
+    let nv = (h / 8).max(1);
+    let vpb = (block / 8).max(1);
+    let sms = sm_count.max(1) as usize;
+    let latency = m <= sms;
+    // Each CTA must own whole groups of four scale blocks (one 32-bit swizzled store).
+    let fits = |c: usize| nv % c == 0 && (nv / c) % (4 * vpb) == 0;
+    let (mut c, mut vectors_per_thread) = if latency {
+        ((sms / m.max(1)).clamp(1, 8), 1)
+    } else if nv <= 512 {
+        (1, 2)
+    } else if nv <= 2048 {
+        (1, 4)
+    } else {
+        (1, nv.div_ceil(512))
+    };
+    if clusters && !latency {
+        let rows_per_sm_in = |above: usize, up_to: usize| {
+            m > above.saturating_mul(sms) && m <= up_to.saturating_mul(sms)
+        };
+        let row = MANY_ROWS.iter().find(|s| {
+            nv == s.h / 8 && s.dtype.is_none_or(|d| d == dtype) && rows_per_sm_in(s.above, s.up_to)
+        });
+        if let Some(s) = row {
+            if s.ctas == 1 || fits(s.ctas) {
+                (c, vectors_per_thread) = (s.ctas, s.vectors);
+            }
+        }
+    }
+    if !clusters {
+        c = 1;
+    }
+    while c > 1 && !fits(c) {
+        c -= 1;
+    }
+    if latency {
+        // Fewer CTAs of whole warps beat more CTAs with a ragged last warp, down to half
+        // the CTAs (not measured further).
+        if let Some(whole) = (1..=c)
+            .rev()
+            .find(|&k| 2 * k >= c && fits(k) && (nv / k) % 32 == 0)
+        {
+            c = whole;
+        }
+    }
+    let nvc = nv / c;
+    if latency {
+        let max_threads = if c == 1 && nvc >= 2048 { 1024 } else { 512 };
+        vectors_per_thread = nvc.div_ceil(max_threads);
+    }
+    let g = (nvc.div_ceil(vectors_per_thread).div_ceil(32).clamp(1, 32) * 32) as u32;
+    let r = if c > 1 { 1 } else { (128 / g).max(1) };
+    (g, r, c as u32)
+}
+
+/// Whether the kernel supports launch shape `(g, r, c)` for rows of `h` elements in
+/// blocks of `block`: whole warps, at most 1024 threads, a cluster of at most 8 CTAs
+/// that each own whole groups of four scale blocks, and one row per clustered CTA.
+pub fn shape_fits(h: usize, block: usize, shape: (u32, u32, u32), clusters: bool) -> bool {
+    let (g, r, c) = (shape.0 as usize, shape.1 as usize, shape.2 as usize);
+    let nv = h / 8;
+    let vpb = (block / 8).max(1);
+    g >= 32
+        && g % 32 == 0
+        && r >= 1
+        && g * r <= 1024
+        && (1..=8).contains(&c)
+        && (c == 1 || (clusters && r == 1 && nv % c == 0 && (nv / c) % (4 * vpb) == 0))
+}
+
+/// Whether a call of `m` rows of `h` elements in blocks of `block` writes its swizzled
+/// scales in two kernels (the fused kernel staging codes with coalesced stores kept in L2,
+/// then the swizzle pass; `FP4_SWZ_SPLIT` in the kernel source), on GPUs with programmatic
+/// dependent launch (sm_90+) to overlap the second launch: from 8192 rows and 8 MiB of
+/// scales. Below, the direct write (its words kept in L2, [`swizzle_keep_wanted`]) is as
+/// fast or faster, and at fewer rows the second launch's latency dominates. The knob
+/// `FP4NORM_SWIZZLE_SPLIT` overrides the rule.
+pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool) -> bool {
+    let scale_bytes = m.saturating_mul(h / block.max(1));
+    knobs::swizzle_split().unwrap_or(pdl_capable && m >= 8192 && scale_bytes >= 8 << 20)
+}
+
+/// Whether the direct swizzled write of a call of `m` rows of `h` stores its 4-byte words
+/// with an L2 evict-last policy (`FP4_SWZ_KEEP` in the kernel source): from 2^24 elements.
+/// The 128 x 4 layout fills each 32-byte sector from eight rows (four row quarters of a
+/// 128-row tile, two rows each), so plain stores leave it part-filled in L2 while a large
+/// call streams through; a smaller call's bytes mostly stay in L2 anyway, and there the
+/// policy costs more than it saves. The knob `FP4NORM_SWIZZLE_KEEP` overrides the rule.
+pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
+    knobs::swizzle_keep().unwrap_or(m.saturating_mul(h) >= 1 << 24)
+}
+
+/// Resident CTAs per SM of an aligned fused kernel: the minimum its launch bound asks for
+/// ([`KernelConfig::min_ctas_per_sm`]), or, for CTA sizes it does not bound, what 64
+/// registers per thread allow.
+fn resident_ctas_per_sm(cfg: &KernelConfig) -> u32 {
+    match cfg.min_ctas_per_sm() {
+        1 => (65536 / (64 * cfg.block_threads().max(1))).max(1),
+        bound => bound,
+    }
+}
+
+/// How many rows ahead each row's CTA prefetches x and r into L2 (the kernel's `pf_rows`;
+/// 0: none): at most one resident wave of rows, and at most the budget
+/// ([`l2_prefetch_budget_mib`]) of x and r in flight ahead. Only the 16-byte vector kernels
+/// of two or more vectors per thread prefetch (the one-vector kernels are the latency
+/// shapes, M up to the SM count). The knobs `FP4NORM_L2_PREFETCH_ROWS` (the distance) and
+/// `FP4NORM_L2_PREFETCH_MIB` (the budget) override the rule.
+pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, sm_count: u32) -> u32 {
+    if !cfg.aligned || cfg.kind != KernelKind::Fused {
+        return 0;
+    }
+    if let Some(rows) = knobs::l2_prefetch_rows() {
+        return rows;
+    }
+    let budget_mib = knobs::l2_prefetch_mib()
+        .unwrap_or_else(|| l2_prefetch_budget_mib(m, h, cfg.holds_rows_in_registers()));
+    let wave = sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
+        / cfg.cluster.max(1) as u64;
+    let row_bytes = (h as u64 * 2) * if cfg.residual { 2 } else { 1 };
+    let rows = wave.min((budget_mib << 20) / row_bytes.max(1));
+    u32::try_from(rows).unwrap_or(u32::MAX)
+}
+
+/// The default L2 prefetch budget of a call of `m` rows of `h` elements whose kernel holds
+/// its rows in registers (`held`), in MiB (0: none; `u64::MAX >> 20`: one resident wave):
+/// one wave ahead from 2^25 elements where rows are held, none otherwise. Where the second
+/// pass re-reads its row from L2, the prefetched rows evict it; below 2^25 elements a call
+/// mostly stays in L2 anyway, and the prefetch gains in some shapes what it loses in others.
+fn l2_prefetch_budget_mib(m: usize, h: usize, held: bool) -> u64 {
+    if held && m.saturating_mul(h) >= 1 << 25 {
+        u64::MAX >> 20
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::bf16_nvfp4_problem;
+    use super::super::config::GsMode;
+    use super::*;
+
+    const SMS: u32 = 132;
+
+    #[test]
+    fn swizzled_writes_split_only_for_many_rows_and_8_mib_of_scales() {
+        if std::env::var_os("FP4NORM_SWIZZLE_SPLIT").is_some() {
+            return; // the knob overrides the table
+        }
+        assert!(!swizzle_split_wanted(16384, 4096, 16, true)); // 4 MiB of scales
+        assert!(!swizzle_split_wanted(8192, 4096, 16, true));
+        assert!(!swizzle_split_wanted(16384, 8192, 32, true)); // 4 MiB
+        assert!(swizzle_split_wanted(16384, 8192, 16, true)); // 8 MiB
+        assert!(swizzle_split_wanted(16384, 16384, 32, true));
+        assert!(!swizzle_split_wanted(4096, 32768, 16, true)); // 8 MiB but few rows
+        assert!(!swizzle_split_wanted(16384, 8192, 16, false));
+    }
+
+    #[test]
+    fn swizzled_words_kept_in_l2_from_2_to_the_24_elements() {
+        if std::env::var_os("FP4NORM_SWIZZLE_KEEP").is_some() {
+            return; // the knob overrides the rule
+        }
+        assert!(swizzle_keep_wanted(4096, 4096));
+        assert!(swizzle_keep_wanted(2048, 8192));
+        assert!(swizzle_keep_wanted(8192, 2048));
+        assert!(!swizzle_keep_wanted(4096, 2048));
+        assert!(!swizzle_keep_wanted(1024, 8192));
+        assert!(!swizzle_keep_wanted(usize::MAX, 0));
+    }
+
+    #[test]
+    fn l2_prefetch_one_wave_ahead_from_2_to_the_25_elements_with_rows_held() {
+        if std::env::var_os("FP4NORM_L2_PREFETCH_ROWS").is_some()
+            || std::env::var_os("FP4NORM_L2_PREFETCH_MIB").is_some()
+        {
+            return; // the knobs override the rule
+        }
+        let rows = |m: usize, h: usize, aligned: bool| {
+            let p = bf16_nvfp4_problem(m, h);
+            let cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, SMS, true);
+            l2_prefetch_rows(&cfg, m, h, SMS)
+        };
+        // One resident wave: 132 SMs x 5 CTAs of 256 threads (one row each) ...
+        assert_eq!(rows(16384, 4096, true), 660);
+        assert_eq!(rows(8192, 4096, true), 660);
+        // ... of two-CTA clusters (H = 8192), of 512-thread CTAs (two per SM), of 224-thread
+        // CTAs (four per SM at 64 registers), of 8-CTA clusters (2048 x 32768).
+        assert_eq!(rows(16384, 8192, true), 330);
+        assert_eq!(rows(16384, 16384, true), 264);
+        assert_eq!(rows(16384, 7168, true), 528);
+        assert_eq!(rows(2048, 32768, true), 82);
+        // ... of two-CTA clusters of 512 threads (16384 x 32768: four vectors per thread).
+        assert_eq!(rows(16384, 32768, true), 132);
+        // None below 2^25 elements, where the second pass re-reads its row (one CTA of 512
+        // at H = 32768, without clusters), or without 16-byte vectors.
+        assert_eq!(rows(4096, 4096, true), 0);
+        assert_eq!(rows(1024, 8192, true), 0);
+        assert_eq!(rows(16384, 4096, false), 0);
+        let p = bf16_nvfp4_problem(16384, 32768);
+        let unclustered = KernelConfig::fused(&p, GsMode::Uniform, true, false, SMS, false);
+        assert_eq!(l2_prefetch_rows(&unclustered, 16384, 32768, SMS), 0);
+    }
+
+    #[test]
+    fn launch_table_is_the_measured_one() {
+        // BENCHMARKS.md (H200): (H, M) -> (G, R, C).
+        for (h, m, want) in [
+            (1024, 65536, (64, 2, 1)),
+            (2048, 32768, (128, 1, 1)),
+            (4096, 16384, (256, 1, 1)),
+            (5120, 8192, (160, 1, 2)),
+            (5120, 16384, (320, 1, 1)),
+            (7168, 16384, (224, 1, 1)),
+            (8192, 8192, (256, 1, 2)),
+            (8192, 1024, (256, 1, 2)),
+            (16384, 1024, (256, 1, 4)),
+            (16384, 4096, (256, 1, 4)),
+            (16384, 16384, (512, 1, 1)),
+            (7168, 8192, (224, 1, 2)),
+            (7168, 2048, (224, 1, 1)),
+            (32768, 2048, (256, 1, 8)),
+            (32768, 8192, (256, 1, 8)),
+            (32768, 16384, (512, 1, 2)), // four vectors per thread, held
+            (32768, 4096 * 64, (512, 1, 2)),
+            (4096, 1, (64, 1, 8)),
+            (8192, 16, (128, 1, 8)),
+            (5120, 1, (128, 1, 5)),
+            (7168, 16, (128, 1, 7)),
+            (2816, 1, (96, 1, 4)), // whole warps only at 1 CTA: the ragged 4 stay
+            (8192, 128, (512, 1, 1)),
+            (16384, 128, (1024, 1, 1)), // one CTA, 2048 vectors: 1024 threads
+            (32768, 100, (1024, 1, 1)),
+            (32768, 64, (512, 1, 2)), // split rows keep 512-thread CTAs
+        ] {
+            assert_eq!(
+                launch_shape(h, 16, m, DType::BF16, SMS, true),
+                want,
+                "H={h} M={m}"
+            );
+        }
+        // The limits of the many-row splits (132 SMs): 64 rows per SM at H = 5120, 16384
+        // and 32768, 16 to 64 at H = 7168; just above the SM count the splits already apply.
+        assert_eq!(
+            launch_shape(5120, 16, 8448, DType::BF16, SMS, true),
+            (160, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(5120, 16, 8449, DType::BF16, SMS, true),
+            (320, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(5120, 32, 16384, DType::F16, SMS, true),
+            (320, 1, 1)
+        );
+        // Without clusters, four vectors in 160 threads at every M beyond the SMs.
+        assert_eq!(
+            launch_shape(5120, 16, 16384, DType::BF16, SMS, false),
+            (160, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(7168, 16, 2112, DType::BF16, SMS, true),
+            (224, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(7168, 16, 2113, DType::BF16, SMS, true),
+            (224, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(7168, 16, 8448, DType::BF16, SMS, true),
+            (224, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(7168, 16, 8449, DType::BF16, SMS, true),
+            (224, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(16384, 16, 8448, DType::BF16, SMS, true),
+            (256, 1, 4)
+        );
+        assert_eq!(
+            launch_shape(16384, 16, 8449, DType::BF16, SMS, true),
+            (512, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 8448, DType::BF16, SMS, true),
+            (256, 1, 8)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 8449, DType::BF16, SMS, true),
+            (512, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(32768, 32, 8449, DType::BF16, SMS, true),
+            (512, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 133, DType::BF16, SMS, true),
+            (256, 1, 8)
+        );
+        // Without clusters (pre-Hopper) a row is never split, and many rows keep the
+        // single-CTA shape.
+        assert_eq!(launch_shape(4096, 16, 1, DType::BF16, SMS, false).2, 1);
+        assert_eq!(
+            launch_shape(8192, 16, 8192, DType::BF16, SMS, false),
+            (256, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(32768, 32, 2048, DType::BF16, SMS, false),
+            (512, 1, 1)
+        );
+        // f16 rows of 32768 take the two CTAs of 512 from 16 rows per SM; bf16 from 64.
+        assert_eq!(
+            launch_shape(32768, 16, 2112, DType::F16, SMS, true),
+            (256, 1, 8)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 2113, DType::F16, SMS, true),
+            (512, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(32768, 32, 8192, DType::F16, SMS, true),
+            (512, 1, 2)
+        );
+        assert_eq!(
+            launch_shape(32768, 16, 8192, DType::BF16, SMS, true),
+            (256, 1, 8)
+        );
+        // f16 rows of 16384 take one CTA of 512 from 32 rows per SM; bf16 from 64.
+        assert_eq!(
+            launch_shape(16384, 16, 4224, DType::F16, SMS, true),
+            (256, 1, 4)
+        );
+        assert_eq!(
+            launch_shape(16384, 16, 4225, DType::F16, SMS, true),
+            (512, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(16384, 32, 8192, DType::F16, SMS, true),
+            (512, 1, 1)
+        );
+        assert_eq!(
+            launch_shape(16384, 16, 8192, DType::BF16, SMS, true),
+            (256, 1, 4)
+        );
+        // MXFP4's blocks split the same way.
+        assert_eq!(
+            launch_shape(5120, 32, 4096, DType::BF16, SMS, true),
+            (160, 1, 2)
+        );
+    }
+
+    #[test]
+    fn every_chosen_shape_is_one_the_kernel_supports() {
+        for h in (16..=65536usize)
+            .step_by(16)
+            .filter(|h| h % 160 == 0 || h.is_power_of_two())
+        {
+            for block in [16, 32] {
+                if h % block != 0 {
+                    continue;
+                }
+                for m in [1, 2, 7, 16, 66, 128, 132, 133, 1000, 16384] {
+                    for clusters in [true, false] {
+                        for dtype in [DType::BF16, DType::F16] {
+                            let s = launch_shape(h, block, m, dtype, SMS, clusters);
+                            assert!(
+                                shape_fits(h, block, s, clusters),
+                                "H={h} B={block} M={m} {dtype:?}: {s:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shape_fits_refuses_what_the_kernel_cannot_run() {
+        assert!(!shape_fits(4096, 16, (48, 1, 1), true)); // not whole warps
+        assert!(!shape_fits(4096, 16, (512, 4, 1), true)); // 2048 threads
+        assert!(!shape_fits(4096, 16, (64, 2, 8), true)); // clustered CTAs own one row
+        assert!(!shape_fits(4096, 16, (64, 1, 8), false)); // no clusters on this device
+        assert!(!shape_fits(5120, 16, (64, 1, 3), true)); // 640 vectors do not split in 3
+        assert!(!shape_fits(4096, 16, (32, 1, 16), true)); // at most 8 CTAs per cluster
+        assert!(shape_fits(4096, 16, (64, 1, 8), true));
+    }
+}
