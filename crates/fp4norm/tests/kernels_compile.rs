@@ -3,7 +3,8 @@
 //! passes, every flag combination of the 512-thread shapes, the copy yardstick, the codec
 //! self-check)
 //! compiles with NVRTC for sm_90 (software E2M1) and sm_100a (hardware E2M1) with zero
-//! spills and zero local memory. Compiled cubins land in the disk cache
+//! spills and zero local memory; a representative part of them for the other
+//! Blackwell-class targets (sm_103a, sm_110a, sm_120a, sm_121a). Compiled cubins land in the disk cache
 //! (`FP4NORM_CACHE_DIR`), which the device script carries to the GPU machine.
 //!
 //! Without NVRTC the test says SKIPPED; `FP4NORM_REQUIRE_NVRTC=1` (set by .ci/run) makes
@@ -113,12 +114,101 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
     out
 }
 
-#[test]
-fn every_sweep_kernel_compiles_without_spills() {
+/// Compiles `cfgs` for `arch` in parallel; the failures (errors, spills, local memory) and
+/// a summary line.
+fn compile_all(arch: &str, cfgs: &[KernelConfig]) -> (Vec<String>, String) {
+    let started = std::time::Instant::now();
+    let results: Vec<(
+        KernelConfig,
+        Result<internal::ResourceUsage, fp4norm::Error>,
+    )> = cfgs
+        .par_iter()
+        .map(|c| (*c, internal::compile_and_report(c, arch)))
+        .collect();
+    let mut failures = Vec::new();
+    let mut max_regs = 0;
+    for (cfg, r) in &results {
+        match r {
+            Ok(u) if u.spill_stores == 0 && u.spill_loads == 0 && u.stack_frame == 0 => {
+                max_regs = max_regs.max(u.registers)
+            }
+            Ok(u) => failures.push(format!("{arch} {}: {u:?}", cfg.describe())),
+            Err(e) => failures.push(format!("{arch} {}: {e}", cfg.describe())),
+        }
+    }
+    let summary = format!(
+        "{arch}: {} specialisations in {:.1}s, max {} registers",
+        results.len(),
+        started.elapsed().as_secs_f64(),
+        max_regs
+    );
+    (failures, summary)
+}
+
+/// NVRTC, or the test says SKIPPED (a failure where FP4NORM_REQUIRE_NVRTC=1).
+fn nvrtc_present() -> bool {
     let require = std::env::var_os("FP4NORM_REQUIRE_NVRTC").is_some_and(|v| v != "0");
     if let Err(e) = internal::ensure_loaded() {
         assert!(!require, "FP4NORM_REQUIRE_NVRTC is set: {e}");
         let _ = writeln!(std::io::stderr().lock(), "SKIPPED (no NVRTC): {e}");
+        return false;
+    }
+    true
+}
+
+/// The other Blackwell-class targets with the hardware E2M1 conversion (B300 sm_103a, Thor
+/// sm_110a, RTX 50x0 / RTX PRO sm_120a, GB10 sm_121a): every sixteenth fused kernel of the
+/// sm_100a list (a spread over shapes, formats, layouts and flags that keeps CI short) and
+/// every other kernel (swizzle passes, copy, codec self-check), with zero spills. Needs
+/// NVRTC 13.0 or newer.
+#[test]
+fn blackwell_family_targets_compile_without_spills() {
+    if !nvrtc_present() {
+        return;
+    }
+    if internal::version().is_ok_and(|v| v < (13, 0)) {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED (NVRTC before 13.0): the Blackwell family targets"
+        );
+        return;
+    }
+    let only = std::env::var("FP4NORM_COMPILE_ARCHS").ok();
+    let cfgs: Vec<KernelConfig> = configs(true)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, c)| i % 16 == 0 || c.kind != KernelKind::Fused)
+        .map(|(_, c)| c)
+        .collect();
+    let mut failures = Vec::new();
+    let mut counts = Vec::new();
+    for arch in ["sm_103a", "sm_110a", "sm_120a", "sm_121a"] {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|a| a == arch))
+        {
+            continue;
+        }
+        let (f, summary) = compile_all(arch, &cfgs);
+        failures.extend(f);
+        counts.push(summary);
+    }
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "kernel compile check, Blackwell family: {}",
+        counts.join("; ")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} kernel specialisations failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_sweep_kernel_compiles_without_spills() {
+    if !nvrtc_present() {
         return;
     }
     let mut failures = Vec::new();
@@ -132,31 +222,9 @@ fn every_sweep_kernel_compiles_without_spills() {
         {
             continue;
         }
-        let cfgs = configs(hw);
-        let started = std::time::Instant::now();
-        let results: Vec<(
-            KernelConfig,
-            Result<internal::ResourceUsage, fp4norm::Error>,
-        )> = cfgs
-            .par_iter()
-            .map(|c| (*c, internal::compile_and_report(c, arch)))
-            .collect();
-        let mut max_regs = 0;
-        for (cfg, r) in &results {
-            match r {
-                Ok(u) if u.spill_stores == 0 && u.spill_loads == 0 && u.stack_frame == 0 => {
-                    max_regs = max_regs.max(u.registers)
-                }
-                Ok(u) => failures.push(format!("{arch} {}: {u:?}", cfg.describe())),
-                Err(e) => failures.push(format!("{arch} {}: {e}", cfg.describe())),
-            }
-        }
-        counts.push(format!(
-            "{arch}: {} specialisations in {:.1}s, max {} registers",
-            results.len(),
-            started.elapsed().as_secs_f64(),
-            max_regs
-        ));
+        let (f, summary) = compile_all(arch, &configs(hw));
+        failures.extend(f);
+        counts.push(summary);
     }
     let version = internal::version()
         .map(|(major, minor)| format!("NVRTC {major}.{minor}"))
