@@ -215,6 +215,14 @@ fn every_sweep_kernel_compiles_without_spills() {
     let mut counts = Vec::new();
     // FP4NORM_COMPILE_ARCHS=sm_90 limits the check (the device build script uses it).
     let only = std::env::var("FP4NORM_COMPILE_ARCHS").ok();
+    // FP4NORM_COMPILE_STRIDE=N keeps every Nth fused kernel and every other kernel: CI's
+    // check with an older NVRTC, where the PTX the kernels pick differs by compiler
+    // version and not by specialisation.
+    let stride = std::env::var("FP4NORM_COMPILE_STRIDE")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1);
     for (arch, hw) in [("sm_90", false), ("sm_100a", true)] {
         if only
             .as_deref()
@@ -222,7 +230,13 @@ fn every_sweep_kernel_compiles_without_spills() {
         {
             continue;
         }
-        let (f, summary) = compile_all(arch, &configs(hw));
+        let cfgs: Vec<KernelConfig> = configs(hw)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, c)| i % stride == 0 || c.kind != KernelKind::Fused)
+            .map(|(_, c)| c)
+            .collect();
+        let (f, summary) = compile_all(arch, &cfgs);
         failures.extend(f);
         counts.push(summary);
     }
