@@ -336,8 +336,22 @@ def _call_operator(
 
 
 _is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 _increment_version = torch.autograd.graph.increment_version
+# The C++ callables behind the overloads: the eager path calls them directly (an
+# OpOverload's __call__ is one more Python frame per call).
+_ADD_F, _ADD_O, _RMS_F, _RMS_O = ADD._op, ADD_OUT._op, RMS._op, RMS_OUT._op
+
+
+def _refuse_written(residual, y_out, y_fp4, block_scale, unswizzled) -> None:
+    op_name = "fp4norm::add_rmsnorm_fp4quant" if residual is not None else "fp4norm::rmsnorm_fp4quant"
+    for t, name in (
+        (residual, "residual"), (y_out, "y_out"), (y_fp4, "y_fp4"),
+        (block_scale, "block_scale"), (unswizzled, "block_scale_unswizzled"),
+    ):
+        if isinstance(t, Tensor):
+            refuse_if_requires_grad(t, op_name, name)
 
 
 def fused(
@@ -359,30 +373,80 @@ def fused(
     """The operators' call, with their Autograd kernel's work done here in eager mode: the
     same refusal of tensors that require grad and the same version-counter updates, without
     a Python kernel in the dispatch (which costs more than the native call itself). Traced
-    by torch.compile, the operators are called as they are."""
-    args = (
-        input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
-        scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
-        enable_pdl, y_out,
-    )
+    by torch.compile, the operators are called as they are. The two common eager calls
+    (every output allocated, or the two outputs given) take a short path: this runs once
+    per transformer layer, so its Python is kept to a few attribute reads."""
     if _is_compiling():
-        return _call_operator(*args)
-    written = [
-        (t, name)
-        for t, name in (
-            (residual, "residual"), (y_out, "y_out"), (y_fp4, "y_fp4"),
-            (block_scale, "block_scale"),
-            (block_scale_unswizzled if output_both_sf_layouts else None, "block_scale_unswizzled"),
+        return _call_operator(
+            input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
+            scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
+            block_scale_unswizzled, enable_pdl, y_out,
         )
-        if isinstance(t, Tensor)
+    both = output_both_sf_layouts
+    unswizzled = block_scale_unswizzled if both else None
+    if _grad_enabled() and (
+        getattr(residual, "requires_grad", False)
+        or getattr(y_out, "requires_grad", False)
+        or getattr(y_fp4, "requires_grad", False)
+        or getattr(block_scale, "requires_grad", False)
+        or getattr(unswizzled, "requires_grad", False)
+    ):
+        _refuse_written(residual, y_out, y_fp4, block_scale, unswizzled)
+    if global_scale is not None and not isinstance(global_scale, Tensor):
+        global_scale = _scale_tensor(global_scale, input)
+    if y_fp4 is None and block_scale is None and block_scale_unswizzled is None:
+        try:
+            with _below_autograd():
+                if residual is None:
+                    q, s, u = _RMS_F(
+                        input, weight, global_scale, eps, block_size, scale_format,
+                        is_sf_swizzled_layout, both, y_out, enable_pdl,
+                    )
+                else:
+                    q, s, u = _ADD_F(
+                        input, residual, weight, global_scale, eps, block_size, scale_format,
+                        is_sf_swizzled_layout, both, y_out, enable_pdl,
+                    )
+        except RuntimeError as e:
+            raise translate(e) from None
+        if residual is not None:
+            _increment_version(residual if y_out is None else [residual, y_out])
+        elif y_out is not None:
+            _increment_version(y_out)
+        return (q, s, u) if both else (q, s)
+    if not both and isinstance(y_fp4, Tensor) and isinstance(block_scale, Tensor):
+        try:
+            with _below_autograd():
+                if residual is None:
+                    _RMS_O(
+                        input, weight, y_fp4, block_scale, None, global_scale, eps,
+                        block_size, scale_format, bool(is_sf_swizzled_layout), y_out, enable_pdl,
+                    )
+                else:
+                    _ADD_O(
+                        input, residual, weight, y_fp4, block_scale, None, global_scale, eps,
+                        block_size, scale_format, bool(is_sf_swizzled_layout), y_out,
+                        enable_pdl,
+                    )
+        except RuntimeError as e:
+            raise translate(e) from None
+        written = [y_fp4, block_scale]
+        if residual is not None:
+            written.append(residual)
+        if y_out is not None:
+            written.append(y_out)
+        _increment_version(written)
+        return (y_fp4, block_scale)
+    written = [
+        t for t in (residual, y_out, y_fp4, block_scale, unswizzled) if isinstance(t, Tensor)
     ]
-    if torch.is_grad_enabled():
-        op_name = "fp4norm::add_rmsnorm_fp4quant" if residual is not None else "fp4norm::rmsnorm_fp4quant"
-        for t, name in written:
-            refuse_if_requires_grad(t, op_name, name)
     with _below_autograd():
-        out = _call_operator(*args)
-    _increment_version([t for t, _ in written])
+        out = _call_operator(
+            input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
+            scale_format, is_sf_swizzled_layout, both, block_scale_unswizzled, enable_pdl,
+            y_out,
+        )
+    _increment_version(written)
     return out
 
 
