@@ -234,10 +234,12 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
         if status != 0 || lib.is_null() {
             return Err(format!("registering the fp4norm {key} kernels failed"));
         }
-        let kernels: [(&str, extern "C-unwind" fn(*mut u64, u64, u64)); 5] = [
+        let kernels: [(&str, extern "C-unwind" fn(*mut u64, u64, u64)); 7] = [
             ("add_rmsnorm_fp4quant", boxed_add),
+            ("add_rmsnorm_fp4quant.both", boxed_add_both),
             ("add_rmsnorm_fp4quant.out", boxed_add_out),
             ("rmsnorm_fp4quant", boxed_rms),
+            ("rmsnorm_fp4quant.both", boxed_rms_both),
             ("rmsnorm_fp4quant.out", boxed_rms_out),
             ("dequantize", boxed_dequantize),
         ];
@@ -802,7 +804,7 @@ struct FusedTensors {
 
 /// Checks the tensors' dtypes, devices and views and runs the call; with `alloc`, first
 /// allocates the outputs (returned), else writes the preallocated ones.
-fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Tensor; 3]>, Fail> {
+fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<Tensor>; 3]>, Fail> {
     let c = &torch().codes;
     let opts = args.options()?;
     let x = Meta::read("input", &t.input)?;
@@ -936,20 +938,19 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Tensor; 
                 empty(&with_last(p.n_blocks()), scale_dtype, place)?
             };
             let u = if both {
-                empty(&with_last(p.n_blocks()), scale_dtype, place)?
+                Some(empty(&with_last(p.n_blocks()), scale_dtype, place)?)
             } else {
-                empty(&[0], scale_dtype, place)?
+                None
             };
             let bufs = (
                 Meta::read("y_fp4", &q)?.flat()?,
                 Meta::read("block_scale", &s)?.flat()?,
-                if both {
-                    Some(Meta::read("block_scale_unswizzled", &u)?.flat()?)
-                } else {
-                    None
+                match &u {
+                    Some(u) => Some(Meta::read("block_scale_unswizzled", u)?.flat()?),
+                    None => None,
                 },
             );
-            allocated = Some([q, s, u]);
+            allocated = Some([Some(q), Some(s), u]);
             bufs
         }
     };
@@ -1041,12 +1042,12 @@ fn op_args(s: &Stack, first: usize) -> Result<OpArgs, Fail> {
 }
 
 /// `fp4norm::add_rmsnorm_fp4quant` / `rmsnorm_fp4quant` (functional): allocates and returns
-/// `(y_fp4, block_scale, block_scale_unswizzled)`; the last is empty unless both layouts
-/// are asked for.
+/// `(y_fp4, block_scale)`; their `.both` overloads `(y_fp4, block_scale (swizzled),
+/// block_scale_unswizzled)`.
 ///
 /// Schema (with residual): input, residual(a!), weight, global_scale?, eps, block_size,
-/// scale_format?, is_sf_swizzled_layout, output_both_sf_layouts, y_out(b!)?, enable_pdl?.
-fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
+/// scale_format?, is_sf_swizzled_layout, y_out(b!)?, enable_pdl?.
+fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, both: bool) {
     run_boxed(|| {
         let mut s = Stack {
             slots: stack,
@@ -1059,16 +1060,15 @@ fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
             residual: with_residual.then(|| s.tensor(1)),
             weight: s.tensor(1 + r),
             global_scale: s.optional_tensor(2 + r),
-            y_out: s.optional_tensor(8 + r),
+            y_out: s.optional_tensor(7 + r),
             outputs: None,
         };
-        let enable_pdl = s.optional_bool(9 + r);
-        let both = s.bool(7 + r);
+        let enable_pdl = s.optional_bool(8 + r);
         let mut args = op_args(&s, 3 + r)?;
         args.enable_pdl = enable_pdl;
         let outs = fused(&tensors, &args, both)?.expect("functional form allocates");
         drop(tensors);
-        for (i, t) in outs.into_iter().enumerate() {
+        for (i, t) in outs.into_iter().flatten().enumerate() {
             s.set(i, t.into_raw());
         }
         Ok(())
@@ -1110,11 +1110,19 @@ fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
 }
 
 extern "C-unwind" fn boxed_add(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, true)
+    functional(stack, n_args, n_out, true, false)
+}
+
+extern "C-unwind" fn boxed_add_both(stack: *mut u64, n_args: u64, n_out: u64) {
+    functional(stack, n_args, n_out, true, true)
 }
 
 extern "C-unwind" fn boxed_rms(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, false)
+    functional(stack, n_args, n_out, false, false)
+}
+
+extern "C-unwind" fn boxed_rms_both(stack: *mut u64, n_args: u64, n_out: u64) {
+    functional(stack, n_args, n_out, false, true)
 }
 
 extern "C-unwind" fn boxed_add_out(stack: *mut u64, n_args: u64, n_out: u64) {

@@ -9,15 +9,17 @@ torch tensors.
 Operators (``torch.ops.fp4norm``):
 
 * ``add_rmsnorm_fp4quant(input, residual, weight, global_scale=None, eps=1e-6,
-  block_size=16, scale_format=None, is_sf_swizzled_layout=False,
-  output_both_sf_layouts=False, y_out=None, enable_pdl=None) -> (y_fp4, block_scale,
-  block_scale_unswizzled)``: mutates ``residual`` (and ``y_out``), returns new outputs;
-  ``block_scale_unswizzled`` is empty unless ``output_both_sf_layouts``.
+  block_size=16, scale_format=None, is_sf_swizzled_layout=False, y_out=None,
+  enable_pdl=None) -> (y_fp4, block_scale)``: mutates ``residual`` (and ``y_out``),
+  returns new outputs.
+* ``add_rmsnorm_fp4quant.both(...)``, the same arguments ``-> (y_fp4, block_scale,
+  block_scale_unswizzled)``: both scale layouts, ``block_scale`` swizzled
+  (``is_sf_swizzled_layout`` is ignored).
 * ``add_rmsnorm_fp4quant.out(input, residual, weight, y_fp4, block_scale,
   block_scale_unswizzled=None, global_scale=None, eps=1e-6, block_size=16,
   scale_format=None, is_sf_swizzled_layout=False, y_out=None, enable_pdl=None) -> ()``:
   writes preallocated outputs; a ``block_scale_unswizzled`` asks for both layouts.
-* ``rmsnorm_fp4quant`` and ``rmsnorm_fp4quant.out``: the same without ``residual``.
+* ``rmsnorm_fp4quant``, ``.both`` and ``.out``: the same without ``residual``.
 * ``dequantize(y_fp4, block_scale, global_scale=None, block_size=16, scale_format=None,
   is_sf_swizzled_layout=False) -> Tensor``: float32 ``[..., H]`` from ``y_fp4 [..., H/2]``.
 
@@ -42,17 +44,23 @@ _OPTIONS = (
     "Tensor? global_scale=None, float eps=1e-06, int block_size=16, str? scale_format=None, "
     "bool is_sf_swizzled_layout=False"
 )
+# The functional forms: `.default` returns (y_fp4, block_scale), `.both` also the
+# row-major scales (block_scale then holds the swizzled layout; is_sf_swizzled_layout is
+# ignored). Two overloads, not a flag, so that a call allocates only the outputs it returns.
+_FUNCTIONAL_TAIL = "Tensor(b!)? y_out=None, bool? enable_pdl=None)"
 SCHEMAS = {
     "add_rmsnorm_fp4quant": "add_rmsnorm_fp4quant(Tensor input, Tensor(a!) residual, Tensor weight, "
-    f"{_OPTIONS}, bool output_both_sf_layouts=False, Tensor(b!)? y_out=None, "
-    "bool? enable_pdl=None) -> (Tensor, Tensor, Tensor)",
+    f"{_OPTIONS}, {_FUNCTIONAL_TAIL} -> (Tensor, Tensor)",
+    "add_rmsnorm_fp4quant.both": "add_rmsnorm_fp4quant.both(Tensor input, Tensor(a!) residual, "
+    f"Tensor weight, {_OPTIONS}, {_FUNCTIONAL_TAIL} -> (Tensor, Tensor, Tensor)",
     "add_rmsnorm_fp4quant.out": "add_rmsnorm_fp4quant.out(Tensor input, Tensor(a!) residual, "
     "Tensor weight, Tensor(b!) y_fp4, Tensor(c!) block_scale, "
     f"Tensor(d!)? block_scale_unswizzled=None, {_OPTIONS}, Tensor(e!)? y_out=None, "
     "bool? enable_pdl=None) -> ()",
     "rmsnorm_fp4quant": "rmsnorm_fp4quant(Tensor input, Tensor weight, "
-    f"{_OPTIONS}, bool output_both_sf_layouts=False, Tensor(b!)? y_out=None, "
-    "bool? enable_pdl=None) -> (Tensor, Tensor, Tensor)",
+    f"{_OPTIONS}, {_FUNCTIONAL_TAIL} -> (Tensor, Tensor)",
+    "rmsnorm_fp4quant.both": "rmsnorm_fp4quant.both(Tensor input, Tensor weight, "
+    f"{_OPTIONS}, {_FUNCTIONAL_TAIL} -> (Tensor, Tensor, Tensor)",
     "rmsnorm_fp4quant.out": "rmsnorm_fp4quant.out(Tensor input, Tensor weight, "
     "Tensor(b!) y_fp4, Tensor(c!) block_scale, Tensor(d!)? block_scale_unswizzled=None, "
     f"{_OPTIONS}, Tensor(e!)? y_out=None, bool? enable_pdl=None) -> ()",
@@ -80,8 +88,10 @@ ABI_VERSION = _register_native()
 
 _ops = torch.ops.fp4norm
 ADD = _ops.add_rmsnorm_fp4quant.default
+ADD_BOTH = _ops.add_rmsnorm_fp4quant.both
 ADD_OUT = _ops.add_rmsnorm_fp4quant.out
 RMS = _ops.rmsnorm_fp4quant.default
+RMS_BOTH = _ops.rmsnorm_fp4quant.both
 RMS_OUT = _ops.rmsnorm_fp4quant.out
 DEQUANTIZE = _ops.dequantize.default
 
@@ -135,7 +145,7 @@ def _autograd_kernel(op: Any) -> Any:
     return kernel
 
 
-for _op in (ADD, ADD_OUT, RMS, RMS_OUT):
+for _op in (ADD, ADD_BOTH, ADD_OUT, RMS, RMS_BOTH, RMS_OUT):
     _LIB.impl(_op._schema.name.split("::")[1] + (
         "." + _op._schema.overload_name if _op._schema.overload_name else ""
     ), _autograd_kernel(_op), "Autograd", with_keyset=True)
@@ -174,31 +184,42 @@ def output_shapes(
 def _fake_outputs(input, block_size, scale_format, swizzled, both):
     q_shape, s_shape, u_shape = output_shapes(input, block_size, swizzled, both)
     sdt = _scale_dtype(block_size, scale_format)
-    return (
-        input.new_empty(q_shape, dtype=torch.float4_e2m1fn_x2),
-        input.new_empty(s_shape, dtype=sdt),
-        input.new_empty(u_shape, dtype=sdt),
-    )
+    q = input.new_empty(q_shape, dtype=torch.float4_e2m1fn_x2)
+    if both:
+        return (q, input.new_empty(s_shape, dtype=sdt), input.new_empty(u_shape, dtype=sdt))
+    return (q, input.new_empty(s_shape, dtype=sdt))
 
 
 @torch.library.register_fake("fp4norm::add_rmsnorm_fp4quant")
 def _fake_add(
     input, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
-    is_sf_swizzled_layout=False, output_both_sf_layouts=False, y_out=None, enable_pdl=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None,
 ):
-    return _fake_outputs(
-        input, block_size, scale_format, is_sf_swizzled_layout, output_both_sf_layouts
-    )
+    return _fake_outputs(input, block_size, scale_format, is_sf_swizzled_layout, False)
+
+
+@torch.library.register_fake("fp4norm::add_rmsnorm_fp4quant.both")
+def _fake_add_both(
+    input, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None,
+):
+    return _fake_outputs(input, block_size, scale_format, True, True)
 
 
 @torch.library.register_fake("fp4norm::rmsnorm_fp4quant")
 def _fake_rms(
     input, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
-    is_sf_swizzled_layout=False, output_both_sf_layouts=False, y_out=None, enable_pdl=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None,
 ):
-    return _fake_outputs(
-        input, block_size, scale_format, is_sf_swizzled_layout, output_both_sf_layouts
-    )
+    return _fake_outputs(input, block_size, scale_format, is_sf_swizzled_layout, False)
+
+
+@torch.library.register_fake("fp4norm::rmsnorm_fp4quant.both")
+def _fake_rms_both(
+    input, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None,
+):
+    return _fake_outputs(input, block_size, scale_format, True, True)
 
 
 @torch.library.register_fake("fp4norm::add_rmsnorm_fp4quant.out")
@@ -272,6 +293,15 @@ def _preallocated_scale_dtype(block_size: Any, scale_format: Any) -> torch.dtype
     return _scale_dtype(block_size, fmt)
 
 
+def _both_flag(value: Any) -> bool:
+    """``output_both_sf_layouts``, which picks the operator overload: a bool."""
+    if value is True or value is False:
+        return value
+    raise ArgumentTypeError(
+        f"output_both_sf_layouts must be a bool, got {type(value).__name__}"
+    )
+
+
 def _call_operator(
     input: Tensor,
     residual: Optional[Tensor],
@@ -293,19 +323,17 @@ def _call_operator(
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, input)
     try:
+        both = _both_flag(output_both_sf_layouts)
         if y_fp4 is None and block_scale is None and block_scale_unswizzled is None:
             if residual is None:
-                q, s, u = RMS(
+                return (RMS_BOTH if both else RMS)(
                     input, weight, global_scale, eps, block_size, scale_format,
-                    is_sf_swizzled_layout, output_both_sf_layouts, y_out, enable_pdl,
+                    is_sf_swizzled_layout, y_out, enable_pdl,
                 )
-            else:
-                q, s, u = ADD(
-                    input, residual, weight, global_scale, eps, block_size, scale_format,
-                    is_sf_swizzled_layout, output_both_sf_layouts, y_out, enable_pdl,
-                )
-            return (q, s, u) if output_both_sf_layouts else (q, s)
-        both = bool(output_both_sf_layouts)
+            return (ADD_BOTH if both else ADD)(
+                input, residual, weight, global_scale, eps, block_size, scale_format,
+                is_sf_swizzled_layout, y_out, enable_pdl,
+            )
         swizzled = both or bool(is_sf_swizzled_layout)
         if y_fp4 is None or block_scale is None or (both and block_scale_unswizzled is None):
             block = block_size if block_size in (16, 32) else 16
@@ -341,7 +369,8 @@ _below_autograd = torch._C._AutoDispatchBelowAutograd
 _increment_version = torch.autograd.graph.increment_version
 # The C++ callables behind the overloads: the eager path calls them directly (an
 # OpOverload's __call__ is one more Python frame per call).
-_ADD_F, _ADD_O, _RMS_F, _RMS_O = ADD._op, ADD_OUT._op, RMS._op, RMS_OUT._op
+_ADD_F, _ADD_B, _ADD_O = ADD._op, ADD_BOTH._op, ADD_OUT._op
+_RMS_F, _RMS_B, _RMS_O = RMS._op, RMS_BOTH._op, RMS_OUT._op
 
 
 def _refuse_written(residual, y_out, y_fp4, block_scale, unswizzled) -> None:
@@ -383,6 +412,8 @@ def fused(
             block_scale_unswizzled, enable_pdl, y_out,
         )
     both = output_both_sf_layouts
+    if both is not False and both is not True:
+        both = _both_flag(both)
     unswizzled = block_scale_unswizzled if both else None
     if _grad_enabled() and (
         getattr(residual, "requires_grad", False)
@@ -398,14 +429,14 @@ def fused(
         try:
             with _below_autograd():
                 if residual is None:
-                    q, s, u = _RMS_F(
+                    out = (_RMS_B if both else _RMS_F)(
                         input, weight, global_scale, eps, block_size, scale_format,
-                        is_sf_swizzled_layout, both, y_out, enable_pdl,
+                        is_sf_swizzled_layout, y_out, enable_pdl,
                     )
                 else:
-                    q, s, u = _ADD_F(
+                    out = (_ADD_B if both else _ADD_F)(
                         input, residual, weight, global_scale, eps, block_size, scale_format,
-                        is_sf_swizzled_layout, both, y_out, enable_pdl,
+                        is_sf_swizzled_layout, y_out, enable_pdl,
                     )
         except RuntimeError as e:
             raise translate(e) from None
@@ -413,7 +444,7 @@ def fused(
             _increment_version(residual if y_out is None else [residual, y_out])
         elif y_out is not None:
             _increment_version(y_out)
-        return (q, s, u) if both else (q, s)
+        return out
     if not both and isinstance(y_fp4, Tensor) and isinstance(block_scale, Tensor):
         try:
             with _below_autograd():

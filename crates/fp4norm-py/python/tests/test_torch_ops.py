@@ -104,21 +104,28 @@ def test_operators_match_reference_and_pass_opcheck(device, dtype, fmt, layout, 
     else:
         ref = reference.rmsnorm_fp4quant(host(x), host(w), **ref_kw)
 
-    kw = dict(global_scale=gs, block_size=block, scale_format=sfmt, **flags, y_out=y)
+    # The functional operators: .both for both layouts (three outputs), else .default.
+    kw = dict(
+        global_scale=gs, block_size=block, scale_format=sfmt,
+        is_sf_swizzled_layout=layout == "swizzled", y_out=y,
+    )
+    overload = "both" if layout == "both" else "default"
+    add_op = getattr(ops.add_rmsnorm_fp4quant, overload)
+    rms_op = getattr(ops.rmsnorm_fp4quant, overload)
     r1 = r.clone()
     if residual:
-        out = ops.add_rmsnorm_fp4quant(x, r1, w, **kw)
+        out = add_op(x, r1, w, **kw)
     else:
-        out = ops.rmsnorm_fp4quant(x, w, **kw)
-    q, s, u = out
+        out = rms_op(x, w, **kw)
+    assert len(out) == (3 if layout == "both" else 2)
+    q, s = out[:2]
     assert q.dtype == torch.float4_e2m1fn_x2 and q.shape == (m, h // 2)
     assert s.dtype == (torch.float8_e4m3fn if sfmt == "e4m3" else torch.uint8)
     assert np.array_equal(raw(q), ref[0].reshape(-1).view(np.uint8))
     assert np.array_equal(raw(s), ref[1].reshape(-1).view(np.uint8))
     if layout == "both":
+        u = out[2]
         assert np.array_equal(raw(u), ref[2].reshape(-1).view(np.uint8))
-    else:
-        assert u.numel() == 0
     if residual:
         assert np.array_equal(raw(r1), r_ref.reshape(-1).view(np.uint8))
     if y_out:
@@ -146,12 +153,12 @@ def test_operators_match_reference_and_pass_opcheck(device, dtype, fmt, layout, 
     # no kernel for on float8: the .out outputs go in as uint8, which fp4norm accepts too.
     u8 = lambda t: None if t is None else t.view(torch.uint8)  # noqa: E731
     if residual:
-        torch.library.opcheck(ops.add_rmsnorm_fp4quant.default, (x, r.clone(), w), kw)
+        torch.library.opcheck(add_op, (x, r.clone(), w), kw)
         torch.library.opcheck(
             ops.add_rmsnorm_fp4quant.out, (x, r.clone(), w, q2, u8(s2), u8(u2)), out_kw
         )
     else:
-        torch.library.opcheck(ops.rmsnorm_fp4quant.default, (x, w), kw)
+        torch.library.opcheck(rms_op, (x, w), kw)
         torch.library.opcheck(ops.rmsnorm_fp4quant.out, (x, w, q2, u8(s2), u8(u2)), out_kw)
 
 
