@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a working tree carrying .artifacts/ (see gpu-build.sh).
-# Usage: bash scripts/gpu-check.sh [tests] [exactpath] [concurrency] [sanitize] [bench] [layouts] [python] [peers] [all]
+# Usage: bash scripts/gpu-check.sh [selftest] [tests] [exactpath] [concurrency] [sanitize] [bench] [layouts] [python] [example] [peers] [all]
 #        bash scripts/gpu-check.sh tune | nanexp | ab | ncu   (measurements, not in `all`)
 #        bash scripts/gpu-check.sh report   (every table of BENCHMARKS.md in one run: tests, main
 #        table, layouts, y_out, f16, PDL chain, Triton peer -> $OUT/report.tgz + report.md)
@@ -23,11 +23,32 @@ summary=()
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 
+if has selftest; then
+  # The conversion self-test, run afresh (FP4NORM_SELFTEST=rerun) and timed by `fp4norm
+  # info`, whose CUDA line says which path runs and why; its verdict lands in the cache the
+  # later steps read. Where it does not pass, the later steps run with the fast path forced
+  # (FP4NORM_SELFTEST=hardware), so that they still test what they test, and say so.
+  echo "== conversion self-test (fp4norm info)"
+  start=$(date +%s%N)
+  FP4NORM_SELFTEST=rerun "$bin/fp4norm" info 2>&1 | tee "$out/selftest.log" | grep -E "cuda|fp4norm:"
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  if grep -q "fast conversions: self-test passed" "$out/selftest.log"; then
+    summary+=("self-test: passed, fp4norm info in ${ms} ms (incl. opening the device and compiling its kernels)")
+  else
+    export FP4NORM_SELFTEST=hardware
+    summary+=("self-test: DID NOT PASS (see selftest.log); later steps forced FP4NORM_SELFTEST=hardware")
+  fi
+fi
+
 if has tests; then
   echo "== GPU tests (byte-exact against the CPU reference)"
   start=$(date +%s)
   "$bin/gpu" --test-threads=3 --nocapture 2>&1 | tee "$out/gpu-tests.log" | grep -E "^(FAIL|GPU:|FP4NORM_SEED|test |graph|[0-9]+ cases)|test result|panicked" | head -80
   summary+=("tests: $(grep 'test result' "$out/gpu-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
+fi
+# TESTS_EXTRA=0 leaves out the reruns with knobs forced (for runs after host-side changes
+# only, where the kernels' machine code is unchanged).
+if has tests && [ "${TESTS_EXTRA:-1}" != 0 ]; then
   # The split swizzled write is the default only from 8 MiB of scales, past every sweep
   # case: run the bf16 sweep again with it forced.
   start=$(date +%s)
@@ -51,7 +72,8 @@ if has python; then
   python3 -m pip install -q --no-deps --no-index --target "$site" .artifacts/wheel/*.whl 2>&1 | grep -v WARNING | tail -2
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
   start=$(date +%s)
-  (cd crates/fp4norm-py && timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -q -rs -p no:cacheprovider python/tests ${PYTEST_ARGS:-}) > "$out/python-tests.log" 2>&1
+  # PYTEST_PATHS: test files (default: all); PYTEST_ARGS: more pytest arguments.
+  (cd crates/fp4norm-py && timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -q -rs -p no:cacheprovider ${PYTEST_PATHS:-python/tests} ${PYTEST_ARGS:-}) > "$out/python-tests.log" 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" "$out/python-tests.log" | tail -25
   summary+=("python tests: $(tail -1 "$out/python-tests.log") ($(( $(date +%s) - start ))s)")
   for d in cuda cpu; do
@@ -59,9 +81,22 @@ if has python; then
   done
   if [ -d .artifacts/flashinfer ]; then
     start=$(date +%s)
-    OUT=$out bash scripts/flashinfer-parity/run.sh .artifacts/flashinfer
+    OUT=$out timeout ${FLASHINFER_TIMEOUT:-300} bash scripts/flashinfer-parity/run.sh .artifacts/flashinfer ${FLASHINFER_ARGS:-}
     summary+=("FlashInfer's tests: $(tail -1 "$out/flashinfer-tests.log") ($(( $(date +%s) - start ))s)")
   fi
+fi
+
+if has example; then
+  # The Llama example on the GPU: decode under torch.compile + CUDA graphs, its latency and
+  # its agreement with the unquantised model.
+  echo "== examples/llama_fp4_decode.py"
+  site=/tmp/fp4norm-site
+  [ -d "$site" ] || python3 -m pip install -q --no-deps --no-index --target "$site" .artifacts/wheel/*.whl 2>&1 | grep -v WARNING | tail -2
+  start=$(date +%s)
+  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout ${EXAMPLE_TIMEOUT:-240} python3 examples/llama_fp4_decode.py ${EXAMPLE_ARGS:-} > "$out/example.log" 2>&1
+  rc=$?
+  tail -15 "$out/example.log"
+  summary+=("example: exit $rc ($(( $(date +%s) - start ))s)")
 fi
 
 if has concurrency; then

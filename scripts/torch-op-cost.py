@@ -3,6 +3,7 @@
 one process: the per-call overhead an engine pays outside CUDA graphs.
 
     python3 scripts/torch-op-cost.py [--device cpu|cuda] [--m 1] [--h 4096] [--json out.json]
+    python3 scripts/torch-op-cost.py --table cpu.json cuda.json   (BENCHMARKS.md's table)
 
 Times back-to-back calls (rounds of --calls/15 calls, median of the rounds' means; on CUDA
 the kernels are a few µs and asynchronous, so this is the host cost of a call):
@@ -13,6 +14,7 @@ call and the ratio to rms_norm.
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -36,7 +38,23 @@ def per_call_us(fn, calls, sync):
     return statistics.median(means)
 
 
+def table(paths):
+    """BENCHMARKS.md's eager-cost table from the --json files of one or more runs."""
+    runs = [json.load(open(p)) for p in paths]
+    names = list(runs[0]["us"])
+    print("| call | " + " | ".join(f"{r['device']}: µs (× rms_norm)" for r in runs) + " |")
+    print("|---|" + "---|" * len(runs))
+    for n in names:
+        cells = []
+        for r in runs:
+            v, base = r["us"][n], r["us"]["torch.nn.functional.rms_norm"]
+            cells.append(f"{v:.2f} ({v / base:.2f}×)")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--table":
+        return table(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--m", type=int, default=1)

@@ -14,7 +14,7 @@ use crate::CliError;
 
 const DEFAULT_M: &[usize] = &[1, 16, 128, 1024, 4096, 16384];
 const DEFAULT_H: &[usize] = &[2048, 4096, 5120, 7168, 8192, 16384];
-/// GPU default: the decode/prefill table of the speed targets (issue 4), H up to 32768.
+/// GPU default: the decode/prefill table of the speed targets, H up to 32768.
 const DEFAULT_M_GPU: &[usize] = &[1, 16, 128, 1024, 4096, 16384];
 const DEFAULT_H_GPU: &[usize] = &[2048, 4096, 5120, 7168, 8192, 16384, 32768];
 const QUICK_M: &[usize] = &[1, 256];

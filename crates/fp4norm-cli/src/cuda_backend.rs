@@ -75,8 +75,15 @@ impl Backend for CudaBackend {
     }
 
     fn describe(&self) -> String {
+        // The conversion self-test settles which encoders the kernels use (run once per
+        // device, driver and compiler, then read from the disk cache).
+        let conversions = match self.gpu.conversion_path() {
+            Ok(p) if p.fast => format!("fast conversions: {}", p.reason),
+            Ok(p) => format!("literal encoders: {}", p.reason),
+            Err(e) => format!("conversion self-test could not run: {e}"),
+        };
         format!(
-            "{} (cuda:{}, {}, {} SMs, E2M1 {})",
+            "{} (cuda:{}, {}, {} SMs, E2M1 {}; {conversions})",
             self.gpu.name(),
             self.gpu.ordinal(),
             self.gpu.arch(),

@@ -358,6 +358,15 @@ fn cuda_device_info(py: Python<'_>, ordinal: usize) -> PyResult<(String, String,
         .map_err(to_py)
 }
 
+/// `(fast, reason)`: whether CUDA device `ordinal`'s kernels use the fast conversions (the
+/// self-test passed, or `FP4NORM_SELFTEST=hardware`) or the literal SPEC.md encoders, and
+/// why. Runs the self-test if this process has no verdict and the disk cache none.
+#[pyfunction]
+fn cuda_conversion_path(py: Python<'_>, ordinal: usize) -> PyResult<(bool, String)> {
+    py.detach(|| gpu(ordinal).and_then(|g| g.conversion_path().map(|p| (p.fast, p.reason.clone()))))
+        .map_err(to_py)
+}
+
 /// Registers the CPU and CUDA kernels of the `fp4norm::*` PyTorch operators (whose schemas
 /// the Python layer defined) from PyTorch's stable C ABI in `libtorch_cpu` (and
 /// `libtorch_cuda`, where PyTorch has CUDA). Returns PyTorch's stable-ABI version; raises
@@ -377,6 +386,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sizes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_info, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_conversion_path, m)?)?;
     m.add_function(wrap_pyfunction!(register_torch_ops, m)?)?;
     m.add_function(wrap_pyfunction!(allreduce_sum, m)?)?;
     Ok(())

@@ -41,12 +41,19 @@ fn gpu() -> Option<&'static Gpu> {
             return None;
         }
         let g = Gpu::new(0).expect("opening CUDA device 0");
+        // Settled here, before any test captures a graph: the self-test opens a stream.
+        let path = g
+            .conversion_path()
+            .expect("the conversion self-test")
+            .clone();
         eprintln!(
-            "GPU: {} ({}, {} SMs, hw e2m1: {})",
+            "GPU: {} ({}, {} SMs, hw e2m1: {}; conversions: {}, {})",
             g.name(),
             g.arch(),
             g.sm_count(),
-            g.hardware_e2m1()
+            g.hardware_e2m1(),
+            if path.fast { "fast" } else { "literal" },
+            path.reason
         );
         Some(g)
     })
@@ -1038,4 +1045,79 @@ fn gpu_codec_fast_paths_match_the_literal_encoders_on_every_input() {
         r.passed(),
         "fast codec paths differ from the literal encoders: {r:?}"
     );
+}
+
+/// The conversion self-test passes on this device (a failure here is a finding: the fast
+/// conversions differ from SPEC.md's encoders on this GPU, driver or compiler), takes well
+/// under a second once its kernels are compiled, and its verdict is on disk, so a second
+/// process reads it instead of testing again.
+#[test]
+fn gpu_selftest_passes_and_is_cached() {
+    let g = require_gpu!("gpu_selftest_passes_and_is_cached");
+    let _no_capture_meanwhile = CAPTURE.read().unwrap_or_else(|e| e.into_inner());
+    let path = g.conversion_path().expect("conversion path");
+    let forced = std::env::var("FP4NORM_SELFTEST").is_ok_and(|v| v == "literal" || v == "hardware");
+    if forced {
+        skipped_because(
+            "FP4NORM_SELFTEST forces the path",
+            "gpu_selftest_passes_and_is_cached",
+        );
+        return;
+    }
+    assert!(
+        path.fast,
+        "the self-test failed on this device: {}",
+        path.reason
+    );
+    assert_eq!(
+        g.hardware_e2m1(),
+        g.arch().ends_with('a'),
+        "the target's E2M1 path is in use"
+    );
+    // Run again, timed (the kernels are compiled and cached by now).
+    let started = std::time::Instant::now();
+    let again = internal::run_selftest(g).expect("self-test run");
+    eprintln!(
+        "conversion self-test on {}: {:?} in {:.1} ms ({})",
+        g.arch(),
+        again,
+        started.elapsed().as_secs_f64() * 1e3,
+        path.reason
+    );
+    assert_eq!(again, None, "a second run of the self-test failed");
+    match internal::selftest_verdict_file(g) {
+        Some(f) => {
+            let text = std::fs::read_to_string(&f)
+                .unwrap_or_else(|e| panic!("verdict file {}: {e}", f.display()));
+            assert!(text.starts_with("fast\n"), "{}: {text:?}", f.display());
+        }
+        None => skipped_because("FP4NORM_CACHE_DIR=off", "the cached verdict check"),
+    }
+}
+
+/// The fallback path a device whose self-test failed takes (every code from the literal
+/// SPEC.md encoders, `FP4_LITERAL_CODECS`), forced on this device: every edge case and an
+/// eighth of each sweep, byte for byte against the CPU.
+#[test]
+fn gpu_literal_codecs_path() {
+    require_gpu!("gpu_literal_codecs_path");
+    let _no_capture_meanwhile = CAPTURE.read().unwrap_or_else(|e| e.into_inner());
+    let g = internal::with_conversion_path(Gpu::new(0).expect("opening CUDA device 0"), false);
+    assert!(!g.hardware_e2m1());
+    let cases = sweep::literal_path_cases();
+    for c in &cases {
+        let cfg = internal::config(&g, &c.problem(c.dtype), c.gs_mode(), c.aligned());
+        assert!(cfg.literal_codecs, "{c:?}: the literal encoders must run");
+    }
+    let refs: Vec<&Case> = cases.iter().collect();
+    let failures = run_cases_on(&g, &refs, 0x117e);
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
+    eprintln!(
+        "literal path: {} cases, {} failed",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -108,6 +108,19 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             }
         }
     }
+    // The literal-encoder path (a device whose conversion self-test failed) over the cases
+    // the GPU tests run on it; its dequantisation kernels come with the Python tests' use.
+    for c in sweep::literal_path_cases() {
+        let mut cfg = planned(&c.problem(c.dtype), c.gs_mode(), c.aligned(), hw_e2m1, true);
+        cfg.literal_codecs = true;
+        cfg.hw_e2m1 = false;
+        cfg.hw_canonical_nan = false;
+        for k in [Some(cfg), cfg.swizzle_pass()].into_iter().flatten() {
+            if seen.insert(k.describe()) {
+                out.push(k);
+            }
+        }
+    }
     // The bench's copy yardstick and the GPU tests' codec self-check.
     out.push(KernelConfig::shapeless(KernelKind::Copy));
     out.push(KernelConfig::shapeless(KernelKind::CodecCheck));

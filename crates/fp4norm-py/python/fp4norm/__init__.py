@@ -50,6 +50,7 @@ __all__ = [
     "rmsnorm_fp4quant",
     "dequantize",
     "cuda_device_count",
+    "cuda_device_info",
     "scale_sizes",
     "reference",
     "ArgumentError",
@@ -300,6 +301,23 @@ def dequantize(
 def cuda_device_count() -> int:
     """CUDA devices the driver reports (0 without a driver). Needs no torch."""
     return _core.cuda_device_count()
+
+
+def cuda_device_info(device: int = 0) -> dict:
+    """What fp4norm runs on CUDA device ``device``: ``name``, ``arch`` (the NVRTC target),
+    ``hardware_e2m1``, and ``fast_conversions`` with its ``reason``: whether the kernels use
+    the fast conversions (the conversion self-test passed on this GPU, driver and compiler)
+    or the literal SPEC.md encoders (same bytes, slower). Opens the device and, the first
+    time on this GPU, driver and compiler, runs the self-test. Needs no torch."""
+    fast, reason = _core.cuda_conversion_path(device)
+    name, arch, hw = _core.cuda_device_info(device)
+    return {
+        "name": name,
+        "arch": arch,
+        "hardware_e2m1": hw,
+        "fast_conversions": fast,
+        "reason": reason,
+    }
 
 
 def scale_sizes(

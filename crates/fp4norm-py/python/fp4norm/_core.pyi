@@ -61,3 +61,6 @@ def cuda_device_count() -> int:
 
 def cuda_device_info(ordinal: int) -> Tuple[str, str, bool]:
     """(name, NVRTC target such as ``sm_90``, hardware E2M1 conversion) of a device."""
+
+def cuda_conversion_path(ordinal: int) -> Tuple[bool, str]:
+    """(fast conversions in use, why): the conversion self-test's verdict for a device."""

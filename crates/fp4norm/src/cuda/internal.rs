@@ -25,3 +25,27 @@ pub fn config(gpu: &Gpu, problem: &Problem, gs: GsMode, aligned: bool) -> Kernel
 pub fn with_launch_shape(gpu: Gpu, shape: Option<(u32, u32, u32)>) -> Gpu {
     gpu.with_launch_shape(shape)
 }
+
+/// `gpu` with its conversion path forced (`fast`: the hardware conversions, untested;
+/// otherwise the literal encoders), as `FP4NORM_SELFTEST=hardware|literal` does for a
+/// whole process: for testing the fallback path on a GPU whose self-test passes.
+pub fn with_conversion_path(gpu: Gpu, fast: bool) -> Gpu {
+    let _ = gpu.conversions.set(super::ConversionPath {
+        fast,
+        reason: "forced by the caller".into(),
+    });
+    gpu
+}
+
+/// Runs the conversion self-test on `gpu`'s device now, whatever is cached or forced, and
+/// returns the first mismatch it found (`None`: passed). Neither caches nor settles.
+pub fn run_selftest(gpu: &Gpu) -> Result<Option<String>, crate::Error> {
+    let probe = with_conversion_path(Gpu::new(gpu.ordinal())?, true);
+    super::selftest::run(&probe)
+}
+
+/// The file the self-test's verdict for `gpu`'s device, driver, compiler and kernel source
+/// is cached in (`None` with the disk cache off).
+pub fn selftest_verdict_file(gpu: &Gpu) -> Option<std::path::PathBuf> {
+    super::selftest::verdict_file(gpu)
+}

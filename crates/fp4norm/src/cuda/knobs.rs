@@ -5,7 +5,7 @@
 //! The measurement knobs (from `FP4NORM_TUNE_SHAPE` on) say on stderr what they do when
 //! set, and a value one cannot parse is reported and ignored, never silently measured as
 //! the default; the settings and the two device overrides are silent. Each variable is
-//! read once per process, except `FP4NORM_CACHE_DIR` (at every use) and the three that
+//! read once per process, except `FP4NORM_CACHE_DIR` (at every use) and the four that
 //! `Gpu::new` reads (at every `Gpu::new`).
 
 use std::ffi::OsString;
@@ -39,6 +39,30 @@ pub(crate) fn assume_hw_canonical_nan() -> Option<bool> {
     std::env::var("FP4NORM_ASSUME_HW_CANONICAL_NAN")
         .ok()
         .map(|v| v != "0")
+}
+
+/// `FP4NORM_SELFTEST=auto|rerun|hardware|literal`: the conversion self-test before a
+/// device's first kernel (see `selftest`): its cached verdict or a run (`auto`, the
+/// default), a run whatever is cached (`rerun`), or no test and the hardware conversions
+/// (`hardware`) or the literal encoders (`literal`) taken as the verdict. Read at every
+/// `Gpu::new`; an unknown value is reported and taken as `auto`.
+pub(crate) fn selftest_mode() -> super::selftest::Mode {
+    use super::selftest::Mode;
+    match std::env::var("FP4NORM_SELFTEST").as_deref() {
+        Err(_) | Ok("auto") | Ok("") => Mode::Auto,
+        Ok("rerun") => Mode::Rerun,
+        Ok("hardware") => Mode::Hardware,
+        Ok("literal") => Mode::Literal,
+        Ok(other) => {
+            static WARNED: OnceLock<()> = OnceLock::new();
+            WARNED.get_or_init(|| {
+                eprintln!(
+                    "fp4norm: FP4NORM_SELFTEST={other:?} is not auto, rerun, hardware or literal; auto"
+                )
+            });
+            Mode::Auto
+        }
+    }
 }
 
 /// `FP4NORM_TUNE_SHAPE=G,R,C`: the fused kernel's launch shape wherever it fits the call.

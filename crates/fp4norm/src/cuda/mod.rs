@@ -20,6 +20,7 @@ mod kernel;
 mod knobs;
 mod nvrtc;
 mod raw;
+mod selftest;
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ use cudarc::driver::{
 pub use kernel::GsMode;
 use kernel::KernelConfig;
 pub use raw::LaunchOptions;
+pub use selftest::ConversionPath;
 
 /// A CUDA stream handle of the driver API (`CUstream`, the same as the runtime's
 /// `cudaStream_t`), as the raw entry points take it.
@@ -126,6 +128,9 @@ pub struct Gpu {
     /// The launch shape forced by `FP4NORM_TUNE_SHAPE` (read by `Gpu::new`) or by
     /// `with_launch_shape`, where it fits.
     tune_shape: Option<(u32, u32, u32)>,
+    /// The conversions the kernels use, settled by the self-test before the first kernel
+    /// that depends on them (see [`Gpu::conversion_path`]).
+    conversions: std::sync::OnceLock<ConversionPath>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -181,7 +186,73 @@ impl Gpu {
             hw_canonical_nan: knobs::assume_hw_canonical_nan().unwrap_or((major, minor) == (9, 0)),
             clusters: major >= 9,
             tune_shape: knobs::tune_shape(),
+            conversions: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Which conversions this device's kernels use: the fast ones (hardware instructions,
+    /// division-free block scales) where the conversion self-test passed on this device,
+    /// driver and compiler, else the literal SPEC.md encoders (same bytes). The first call
+    /// per process and device reads the cached verdict or runs the test (well under a
+    /// second on an H200, plus the compile of a few kernels the first time); the kernel
+    /// entry points call it before their first launch. See `FP4NORM_SELFTEST` in
+    /// docs/gpu.md to force a path.
+    pub fn conversion_path(&self) -> Result<&ConversionPath, Error> {
+        if let Some(p) = self.conversions.get() {
+            return Ok(p);
+        }
+        // The test runs on a second handle of the same device whose path is preset to the
+        // fast one: the path under test, without recursing into this method.
+        let probe = internal::with_conversion_path(Gpu::new(self.ordinal())?, true);
+        let path = selftest::conversion_path(&probe)?;
+        Ok(self.conversions.get_or_init(|| path))
+    }
+
+    /// Settles the conversion path before a launch on `stream`. The self-test allocates,
+    /// opens a stream and synchronises, which a CUDA graph capture forbids: during a
+    /// capture only a verdict already known (this process's, the disk cache's or
+    /// `FP4NORM_SELFTEST`'s) settles it, and until one does the launches use the literal
+    /// encoders (correct bytes, slower; a warning says so once).
+    pub(crate) fn settle_conversions(&self, stream: sys::CUstream) -> Result<(), Error> {
+        if self.conversions.get().is_some() {
+            return Ok(());
+        }
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: `stream` is the caller's live stream handle; one out-pointer.
+        let r = unsafe { sys::cuStreamIsCapturing(stream, &mut status) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Cuda {
+                context: "asking whether the stream is capturing",
+                message: format!("{r:?}"),
+            });
+        }
+        if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return self.conversion_path().map(|_| ());
+        }
+        match selftest::known_path(self) {
+            Some(path) => {
+                let _ = self.conversions.set(path);
+            }
+            None => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    eprintln!(
+                        "fp4norm: the first launch on {} is inside a CUDA graph capture, where \
+                         the conversion self-test cannot run: the captured kernels use the \
+                         literal encoders (same bytes, slower). Make one call, or \
+                         Gpu::prepare, before capturing.",
+                        self.name()
+                    )
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether kernels are compiled with the literal encoders: until the self-test has
+    /// passed on this device (or `FP4NORM_SELFTEST=hardware`), they are.
+    fn literal_codecs(&self) -> bool {
+        self.conversions.get().is_none_or(|p| !p.fast)
     }
 
     /// Forces the launch shape (threads per row, rows per CTA, CTAs per row) of every fused
@@ -214,9 +285,10 @@ impl Gpu {
         &self.arch
     }
 
-    /// Whether kernels use the hardware E2M1 conversion.
+    /// Whether kernels use the hardware E2M1 conversion (the target has it and the
+    /// literal encoders are not in use).
     pub fn hardware_e2m1(&self) -> bool {
-        self.hw_e2m1
+        self.hw_e2m1 && !self.literal_codecs()
     }
 
     /// Multiprocessors on the device.
@@ -274,6 +346,11 @@ impl Gpu {
             self.clusters,
         );
         cfg.hw_canonical_nan = self.hw_canonical_nan;
+        if self.literal_codecs() {
+            cfg.literal_codecs = true;
+            cfg.hw_e2m1 = false;
+            cfg.hw_canonical_nan = false;
+        }
         cfg.force_exact_sumsq = knobs::force_exact_sumsq();
         // The launch shape forced by FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid.
         if let Some(shape) = self.tune_shape {
@@ -300,6 +377,7 @@ impl Gpu {
         gs: GsMode,
         aligned: bool,
     ) -> Result<(), Error> {
+        self.conversion_path()?;
         let cfg = self.config(problem, gs, aligned);
         self.kernels.get(&self.ctx, &self.arch, &cfg)?;
         if let Some(pass) = cfg.swizzle_pass() {

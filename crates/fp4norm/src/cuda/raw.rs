@@ -218,6 +218,7 @@ pub(crate) unsafe fn launch_fused(
     if p.m == 0 {
         return Ok(());
     }
+    gpu.settle_conversions(stream)?;
     let pdl = gpu.pdl_for(opts.pdl);
     // UE8M0 scales never read the global scale.
     let global_scale = if p.format.scale == ScaleFormat::UE8M0 {
@@ -325,6 +326,7 @@ pub(crate) unsafe fn launch_dequant(
     if p.m == 0 {
         return Ok(());
     }
+    gpu.settle_conversions(stream)?;
     // The kernel reads the packed codes as 32-bit words.
     check_ptr("y_fp4", c.y_fp4.ptr, 4)?;
     let (layout, sf) = match c.scales {
@@ -346,6 +348,7 @@ pub(crate) unsafe fn launch_dequant(
         row_major: layout == ScaleLayout::RowMajor,
         swizzled: layout == ScaleLayout::Swizzled,
         gs,
+        literal_codecs: gpu.literal_codecs(),
         ..KernelConfig::shapeless(KernelKind::Dequant)
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;

@@ -355,3 +355,12 @@ pub fn all_cases() -> Vec<Case> {
     v.extend(edge_cases());
     v
 }
+
+/// The cases the GPU tests run on the literal-encoder path (the fallback of a device whose
+/// conversion self-test failed): every edge case and every eighth case of each sweep.
+pub fn literal_path_cases() -> Vec<Case> {
+    let mut v: Vec<Case> = sweep(DType::BF16).into_iter().step_by(8).collect();
+    v.extend(sweep(DType::F16).into_iter().step_by(8));
+    v.extend(edge_cases());
+    v
+}

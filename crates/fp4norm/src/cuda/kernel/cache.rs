@@ -18,7 +18,7 @@ use crate::Error;
 
 /// FNV-1a, 64 bits: a stable hash for cache file names (the full key is also stored in
 /// the file and compared on load, so a collision cannot load a wrong kernel).
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for &b in bytes {
         h ^= b as u64;

@@ -59,6 +59,10 @@ pub struct KernelConfig {
     pub hw_e2m1: bool,
     /// Trust the packed add/cvt to return the canonical NaN 0x7FFF (no fix-up code).
     pub hw_canonical_nan: bool,
+    /// Every code from the literal SPEC.md encoders (`FP4_LITERAL_CODECS`): the path of a
+    /// device whose conversion self-test failed (see `cuda::selftest`). Defined only when
+    /// set, so the usual source, and its cubins, are unchanged.
+    pub literal_codecs: bool,
     /// Every row takes the exact sum of squares, the path the kernel otherwise takes only
     /// for the rare rows whose f64 sum cannot decide rstd (the test knob
     /// `FP4NORM_FORCE_EXACT_SUMSQ=1`; the bytes are the same either way).
@@ -113,6 +117,7 @@ impl KernelConfig {
             },
             hw_e2m1,
             hw_canonical_nan: false,
+            literal_codecs: false,
             force_exact_sumsq: false,
             threads_per_row: g,
             rows_per_cta: r,
@@ -165,6 +170,7 @@ impl KernelConfig {
             gs: GsMode::None,
             hw_e2m1: false,
             hw_canonical_nan: false,
+            literal_codecs: false,
             force_exact_sumsq: false,
             threads_per_row: 32,
             rows_per_cta: 1,
@@ -231,7 +237,11 @@ impl KernelConfig {
             b(self.swizzle_keep),
             b(self.holds_rows_in_registers()),
             self.min_ctas_per_sm(),
-        )
+        ) + if self.literal_codecs {
+            "#define FP4_LITERAL_CODECS 1\n"
+        } else {
+            ""
+        }
     }
 
     /// Vectors (8 elements, 16 bytes) per thread of the fused kernel: a row's vectors over
@@ -273,7 +283,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} literal={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={}",
             self.kind,
             self.dtype,
             self.h,
@@ -286,6 +296,7 @@ impl KernelConfig {
             self.gs,
             self.hw_e2m1,
             self.hw_canonical_nan,
+            self.literal_codecs,
             self.force_exact_sumsq,
             self.threads_per_row,
             self.rows_per_cta,

@@ -97,6 +97,20 @@ impl Program {
     }
 }
 
+/// A hash of every source file this process compiles (a self-test verdict holds for one
+/// source); 0 where `FP4NORM_KERNEL_SOURCE` names files that cannot be read.
+pub fn fingerprint() -> u64 {
+    let Ok(files) = files() else { return 0 };
+    let mut bytes = Vec::new();
+    for (name, text) in files.iter() {
+        for part in [name, text] {
+            bytes.extend_from_slice(part.as_bytes());
+            bytes.push(0);
+        }
+    }
+    super::cache::fnv1a(&bytes)
+}
+
 /// The files this process compiles: the embedded ones, with those `FP4NORM_KERNEL_SOURCE`
 /// replaces (read once).
 fn files() -> Result<&'static [(&'static str, &'static str); 6], Error> {

@@ -25,6 +25,8 @@
 //   FP4_GS           0: global scale 1.0, 1: one value gs[0], 2: one per row gs[row]
 //   FP4_HW_E2M1      use cvt.rn.satfinite.e2m1x2.f32 (sm_100a-class targets only)
 //   FP4_HW_CANONICAL_NAN  the packed add/cvt already return 0x7FFF for NaN (no fix-up)
+//   FP4_LITERAL_CODECS    (defined or not) every E2M1, E4M3 and UE8M0 code from the literal
+//                    encoders, no hardware conversion: where the self-test failed
 //   FP4_G            threads per row (a multiple of 32)
 //   FP4_R            rows per CTA
 //   FP4_C            CTAs per row: >1 splits each row over a thread-block cluster whose
@@ -204,7 +206,10 @@ __device__ __forceinline__ u32 e2m1_pack8(const float (&y)[8], float inv, float 
     for (int i = 0; i < 8; ++i) p[i] = __fmul_rn(y[i], inv);
     const bool inv_finite = (__float_as_uint(inv) & 0x7F800000u) != 0x7F800000u;
     const bool amax_finite = (__float_as_uint(amax) & 0x7F800000u) != 0x7F800000u;
-#if FP4_HW_E2M1
+#if defined(FP4_LITERAL_CODECS)
+    (void)inv_finite;
+    (void)amax_finite;
+#elif FP4_HW_E2M1
     if (inv_finite && (inv != 0.0f || amax_finite)) {
         // cvt.rn.satfinite.e2m1x2.f32 d, a, b puts a in the high nibble, b in the low one.
         u32 out = 0;
@@ -265,7 +270,7 @@ __device__ __forceinline__ float e4m3_decode(u32 code) {
 // Both are checked against the literal ones on every input by the codec self-check
 // kernel (codec_check.cu).
 __device__ __forceinline__ u32 e4m3_encode_fast(float s) {
-#if __CUDA_ARCH__ >= 890
+#if __CUDA_ARCH__ >= 890 && !defined(FP4_LITERAL_CODECS)
     u32 d;
     asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %1, %2; cvt.u32.u16 %0, t; }"
         : "=r"(d) : "f"(0.0f), "f"(s));
@@ -276,7 +281,7 @@ __device__ __forceinline__ u32 e4m3_encode_fast(float s) {
 }
 
 __device__ __forceinline__ float e4m3_decode_fast(u32 code) {
-#if __CUDA_ARCH__ >= 890
+#if __CUDA_ARCH__ >= 890 && !defined(FP4_LITERAL_CODECS)
     float f;
     asm("{ .reg .b16 c, lo, hi; .reg .b32 pair;\n\t"
         "cvt.u16.u32 c, %1;\n\t"
@@ -342,10 +347,19 @@ __device__ __forceinline__ float div6_for_e4m3(float x) {
 }
 
 // A block's scale code and the inverse scale its values are multiplied by (SPEC.md §1.6).
+// With FP4_LITERAL_CODECS (the host sets it where the conversion self-test failed, or when
+// asked to) every code comes from the literal SPEC.md encoders and a true division.
 __device__ __forceinline__ void block_scale(float amax, float gs, u32& code, float& inv) {
-#if FP4_UE8M0
+#if FP4_UE8M0 && defined(FP4_LITERAL_CODECS)
+    code = ue8m0_ceil_code(__fdiv_rn(amax, 6.0f));
+    inv = ue8m0_inverse(code);
+#elif FP4_UE8M0
     code = ue8m0_code_of_amax(amax);
     inv = ue8m0_inverse(code);
+#elif defined(FP4_LITERAL_CODECS)
+    code = e4m3_encode(__fdiv_rn(__fmul_rn(gs, amax), 6.0f));
+    const float d = e4m3_decode(code);
+    inv = (d == 0.0f) ? 0.0f : __fdiv_rn(gs, d);
 #else
     code = e4m3_encode_fast(div6_for_e4m3(__fmul_rn(gs, amax)));
     const float d = e4m3_decode_fast(code);
