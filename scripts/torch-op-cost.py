@@ -17,10 +17,6 @@ import statistics
 import sys
 import time
 
-import torch
-
-import fp4norm
-
 
 def per_call_us(fn, calls, sync):
     rounds = 15
@@ -55,6 +51,10 @@ def table(paths):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--table":
         return table(sys.argv[2:])
+    import torch
+
+    import fp4norm
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--m", type=int, default=1)
