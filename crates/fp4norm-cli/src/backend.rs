@@ -128,14 +128,20 @@ pub fn all_available() -> Vec<Box<dyn Backend>> {
     v
 }
 
+/// The CUDA device the CLI uses: `FP4NORM_DEVICE`, else 0.
+pub fn default_cuda_ordinal() -> usize {
+    std::env::var("FP4NORM_DEVICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The CUDA backend on device 0 (`FP4NORM_DEVICE` picks another ordinal).
 #[cfg(feature = "cuda")]
 pub fn open_cuda() -> Result<Box<dyn Backend>, CliError> {
-    let ordinal = std::env::var("FP4NORM_DEVICE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    Ok(Box::new(crate::cuda_backend::CudaBackend::open(ordinal)?))
+    Ok(Box::new(crate::cuda_backend::CudaBackend::open(
+        default_cuda_ordinal(),
+    )?))
 }
 
 /// The CUDA backend: not in this build.

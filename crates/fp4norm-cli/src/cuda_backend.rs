@@ -10,7 +10,7 @@ use fp4norm::ScaleOut;
 use fp4norm::{RawBuf, RawCall, RawGlobalScale, RawMat};
 
 use crate::backend::{median, Backend, CopyBaseline, Prepared};
-use crate::case::{Case, Gs, Outputs, OUT_CANARY, Y_OUT_CANARY};
+use crate::case::{compare, Case, Gs, Outputs, OUT_CANARY, Y_OUT_CANARY};
 use crate::CliError;
 
 fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> CliError + '_ {
@@ -26,7 +26,17 @@ pub struct CudaBackend {
 impl CudaBackend {
     /// Opens device `ordinal`.
     pub fn open(ordinal: usize) -> Result<Self, CliError> {
+        Self::with_gpu(Gpu::new(ordinal).map_err(|e| CliError(e.to_string()))?)
+    }
+
+    /// Opens device `ordinal` with the built-in launch table only (what `fp4norm tune`
+    /// measures against, whatever table an earlier run wrote).
+    pub fn open_untuned(ordinal: usize) -> Result<Self, CliError> {
         let gpu = Gpu::new(ordinal).map_err(|e| CliError(e.to_string()))?;
+        Self::with_gpu(fp4norm::cuda::internal::without_tuned_table(gpu))
+    }
+
+    fn with_gpu(gpu: Gpu) -> Result<Self, CliError> {
         // Raw pointers are used throughout; cudarc's per-buffer events would only add
         // work to each launch (and get in the way of graph capture).
         unsafe { gpu.context().disable_event_tracking() };
@@ -35,6 +45,105 @@ impl CudaBackend {
             .new_stream()
             .map_err(cuda_err("creating a stream"))?;
         Ok(CudaBackend { gpu, stream })
+    }
+
+    /// The GPU.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Compiles the fused kernel of rows of `h` elements of `dtype` (NVFP4, row-major, the
+    /// tuning's calls) in each launch shape of `shapes`, in parallel, into the disk cache
+    /// (one `Gpu` handle per thread: a handle's forced shape is its own).
+    pub fn precompile_shapes(
+        &self,
+        h: usize,
+        dtype: fp4norm::DType,
+        shapes: &[(u32, u32, u32)],
+    ) -> Result<(), CliError> {
+        use fp4norm::cuda::{internal, GsMode};
+        use rayon::prelude::*;
+        let opts = fp4norm::Options::nvfp4().with_format(crate::tune::TUNE_FORMAT);
+        let p = fp4norm::Problem::new(1024, h, dtype, crate::tune::TUNE_LAYOUT, &opts)?;
+        shapes.par_iter().try_for_each(|&shape| {
+            let g = internal::with_launch_shape(Gpu::new(self.gpu.ordinal())?, Some(shape));
+            g.prepare(&p, GsMode::Uniform, true)
+        })?;
+        Ok(())
+    }
+
+    /// Times the op on `m` rows of `h` elements of `dtype` (fresh random data, NVFP4,
+    /// row-major, residual) in the built-in launch shape and in each of `shapes`, by
+    /// CUDA-graph replay; checks that every shape writes the built-in shape's bytes.
+    /// Returns (built-in shape, seconds per call) and the fastest (shape, seconds).
+    #[allow(clippy::type_complexity)]
+    pub fn tune_bucket(
+        &self,
+        m: usize,
+        h: usize,
+        dtype: fp4norm::DType,
+        shapes: &[(u32, u32, u32)],
+    ) -> Result<(((u32, u32, u32), f64), ((u32, u32, u32), f64)), CliError> {
+        use fp4norm::cuda::{internal, GsMode};
+        let opts = fp4norm::Options::nvfp4().with_format(crate::tune::TUNE_FORMAT);
+        let case = Case::random(
+            m,
+            h,
+            dtype,
+            crate::tune::TUNE_LAYOUT,
+            opts,
+            0x7u64 ^ (m * h) as u64,
+        );
+        let p = case.problem()?;
+        let mut prep = CudaPrepared::new(self, &case)?;
+        let shape_now = || {
+            let c = internal::config(&self.gpu, &p, GsMode::Uniform, true);
+            (c.threads_per_row, c.rows_per_cta, c.cluster)
+        };
+        // Seconds per call: enough calls per graph for ~2 ms, the median of 15 replays.
+        let time = |prep: &mut CudaPrepared| -> Result<f64, CliError> {
+            prep.reset()?;
+            let est = {
+                let t = prep.time(3, 5)?;
+                let mut t = t;
+                median(&mut t)
+            };
+            let per_graph = ((2e-3 / est.max(1e-7)).ceil() as usize).clamp(1, 200);
+            let mut t = prep.graph_times(per_graph, 15)?;
+            Ok(median(&mut t))
+        };
+        let bytes_of = |prep: &mut CudaPrepared| -> Result<Outputs, CliError> {
+            prep.reset()?;
+            prep.launch().map_err(|e| CliError(e.to_string()))?;
+            prep.outputs()
+        };
+        internal::set_launch_shape(&self.gpu, None);
+        let builtin_shape = shape_now();
+        let want = bytes_of(&mut prep)?;
+        let builtin = (builtin_shape, time(&mut prep)?);
+        let mut best: Option<((u32, u32, u32), f64)> = None;
+        let result = (|| {
+            for &shape in shapes {
+                internal::set_launch_shape(&self.gpu, Some(shape));
+                if shape_now() != shape {
+                    continue; // does not fit this call
+                }
+                if let Some(m) = compare(&case, &want, &bytes_of(&mut prep)?) {
+                    return Err(CliError(format!(
+                        "launch shape {shape:?} at M={m_rows} H={h} {dtype}: bytes differ from the built-in shape's: {m}",
+                        m_rows = case.m
+                    )));
+                }
+                let t = time(&mut prep)?;
+                if best.is_none_or(|(_, b)| t < b) {
+                    best = Some((shape, t));
+                }
+            }
+            Ok(())
+        })();
+        internal::set_launch_shape(&self.gpu, None);
+        result?;
+        Ok((builtin, best.unwrap_or(builtin)))
     }
 
     /// Times graphs of `pairs` × (1 MiB copy kernel, then the op), with the op launched
@@ -82,8 +191,12 @@ impl Backend for CudaBackend {
             Ok(p) => format!("literal encoders: {}", p.reason),
             Err(e) => format!("conversion self-test could not run: {e}"),
         };
+        let shapes = match self.gpu.tuned_table() {
+            Some(t) => format!("launch shapes tuned here ({} buckets)", t.rows.len()),
+            None => "built-in launch table".into(),
+        };
         format!(
-            "{} (cuda:{}, {}, {} SMs, E2M1 {}; {conversions})",
+            "{} (cuda:{}, {}, {} SMs, E2M1 {}; {conversions}; {shapes})",
             self.gpu.name(),
             self.gpu.ordinal(),
             self.gpu.arch(),

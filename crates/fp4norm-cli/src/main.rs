@@ -10,6 +10,7 @@ mod case;
 #[cfg(feature = "cuda")]
 mod cuda_backend;
 mod info;
+mod tune;
 mod verify;
 
 /// An error for the user: a message that says what went wrong, printed as `error: ...`.
@@ -43,7 +44,8 @@ impl From<std::io::Error> for CliError {
 block quantisation, bit-exact to SPEC.md.\n\n\
   fp4norm bench    time the op over decode/prefill shapes, report GB/s vs a memcpy, check the bytes\n\
   fp4norm verify   random and edge-case inputs through every backend, byte for byte vs the reference\n\
-  fp4norm info     version, formats, layouts and available backends\n\n\
+  fp4norm info     version, formats, layouts and available backends\n\
+  fp4norm tune     measure launch shapes on this GPU and write the table fp4norm then uses\n\n\
 Exit status: 0 all good, 1 a mismatch or an error, 2 a bad command line."
 )]
 struct Cli {
@@ -59,6 +61,8 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Print the version, formats, layouts and which backends are available.
     Info,
+    /// Measure launch shapes on this GPU and write the fastest per bucket to the table fp4norm then uses.
+    Tune(tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,10 +81,22 @@ fn main() -> ExitCode {
                 .exit();
         }
     }
+    if let Command::Tune(args) = &cli.command {
+        if let Err(msg) = args.check_usage() {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            let tune = cmd
+                .find_subcommand_mut("tune")
+                .expect("the tune subcommand");
+            tune.error(clap::error::ErrorKind::ValueValidation, msg)
+                .exit();
+        }
+    }
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Info => info::run(),
+        Command::Tune(args) => tune::run(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

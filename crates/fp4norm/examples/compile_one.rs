@@ -57,12 +57,13 @@ fn main() {
         }
     };
     let hw_e2m1 = arch.ends_with('a');
-    let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, true, hw_e2m1, 132, true);
+    let limits = fp4norm::cuda::DeviceLimits::H200;
+    let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, true, hw_e2m1, &limits);
     // As Gpu::new does on an H200: sm_90 kernels without the NaN fix-up.
     cfg.hw_canonical_nan = arch == "sm_90";
     // FP4NORM_TUNE_SHAPE=G,R,C, as `Gpu` applies it: the forced launch shape's registers.
     if let Some(shape) = internal::tune_shape() {
-        if !cfg.try_launch_shape(shape, true) {
+        if !cfg.try_launch_shape(shape, &limits) {
             eprintln!("FP4NORM_TUNE_SHAPE {shape:?} does not fit H={h}");
             std::process::exit(2);
         }

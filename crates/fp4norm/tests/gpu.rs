@@ -524,7 +524,7 @@ fn gpu_edge_cases() {
 fn gpu_many_row_shapes_at_300_rows() {
     let g0 = require_gpu!("gpu_many_row_shapes_at_300_rows");
     let _no_capture_meanwhile = CAPTURE.read().unwrap_or_else(|e| e.into_inner());
-    let cases = sweep::many_row_shape_cases(g0.sm_count());
+    let cases = sweep::many_row_shape_cases(g0.limits());
     let mut shapes: Vec<(u32, u32, u32)> = cases.iter().map(|&(_, s)| s).collect();
     shapes.sort_unstable();
     shapes.dedup();
@@ -560,6 +560,43 @@ fn gpu_many_row_shapes_at_300_rows() {
         !cases.is_empty(),
         "the launch table has many-row shapes to test"
     );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every candidate shape `fp4norm tune` measures, forced (as a tuned table would pick it):
+/// byte for byte against the CPU. The bytes never depend on the launch shape, so a table
+/// tuned on any machine can only change the speed.
+#[test]
+fn gpu_every_tune_candidate_writes_the_reference_bytes() {
+    let g0 = require_gpu!("gpu_every_tune_candidate_writes_the_reference_bytes");
+    let _no_capture_meanwhile = CAPTURE.read().unwrap_or_else(|e| e.into_inner());
+    let cases = sweep::tune_candidate_cases(g0.limits());
+    let g = Gpu::new(0).expect("opening CUDA device 0");
+    let mut failures = Vec::new();
+    for (c, shape) in &cases {
+        internal::set_launch_shape(&g, Some(*shape));
+        let cfg = internal::config(&g, &c.problem(c.dtype), c.gs_mode(), c.aligned());
+        assert_eq!(
+            (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster),
+            *shape,
+            "{c:?}: the candidate must run"
+        );
+        failures.extend(run_cases_on(
+            &g,
+            &[c],
+            0x7a + shape.0 as u64 * 16 + shape.2 as u64,
+        ));
+    }
+    internal::set_launch_shape(&g, None);
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
+    eprintln!(
+        "tune candidates: {} cases, {} failed",
+        cases.len(),
+        failures.len()
+    );
+    assert!(!cases.is_empty());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

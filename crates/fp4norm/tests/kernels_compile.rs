@@ -17,10 +17,11 @@ use std::collections::BTreeSet;
 use std::io::Write;
 
 use fp4norm::cuda::internal::{self, KernelConfig, KernelKind};
+use fp4norm::cuda::DeviceLimits;
 use rayon::prelude::*;
 
-/// The SM count the launch shapes are planned for (the H200's).
-const PLAN_SMS: u32 = 132;
+/// The device the launch shapes are planned for (the H200 the GPU tests run on).
+const PLAN: DeviceLimits = DeviceLimits::H200;
 
 /// The fused kernel a call of `p` uses on the planned GPU, as `internal::config` builds it (the
 /// H200 compiles sm_90 kernels without the NaN fix-up, see `Gpu::new`).
@@ -31,7 +32,15 @@ fn planned(
     hw_e2m1: bool,
     clusters: bool,
 ) -> KernelConfig {
-    let mut cfg = KernelConfig::fused(p, gs, aligned, hw_e2m1, PLAN_SMS, clusters);
+    let limits = if clusters {
+        PLAN
+    } else {
+        DeviceLimits {
+            max_cluster: 1,
+            ..PLAN
+        }
+    };
+    let mut cfg = KernelConfig::fused(p, gs, aligned, hw_e2m1, &limits);
     cfg.hw_canonical_nan = !hw_e2m1;
     cfg
 }
@@ -99,9 +108,20 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         }
     }
     // The launch table's many-row shapes, forced at 300 rows by the GPU tests.
-    for (c, shape) in sweep::many_row_shape_cases(PLAN_SMS) {
+    for (c, shape) in sweep::many_row_shape_cases(&PLAN) {
         let mut cfg = planned(&c.problem(c.dtype), c.gs_mode(), c.aligned(), hw_e2m1, true);
-        assert!(cfg.try_launch_shape(shape, true), "{c:?}: {shape:?}");
+        assert!(cfg.try_launch_shape(shape, &PLAN), "{c:?}: {shape:?}");
+        for k in [Some(cfg), cfg.swizzle_pass()].into_iter().flatten() {
+            if seen.insert(k.describe()) {
+                out.push(k);
+            }
+        }
+    }
+    // Every shape `fp4norm tune` may put in a table, forced on the cases the GPU tests run
+    // them on.
+    for (c, shape) in sweep::tune_candidate_cases(&PLAN) {
+        let mut cfg = planned(&c.problem(c.dtype), c.gs_mode(), c.aligned(), hw_e2m1, true);
+        assert!(cfg.try_launch_shape(shape, &PLAN), "{c:?}: {shape:?}");
         for k in [Some(cfg), cfg.swizzle_pass()].into_iter().flatten() {
             if seen.insert(k.describe()) {
                 out.push(k);
@@ -142,7 +162,13 @@ fn compile_all(arch: &str, cfgs: &[KernelConfig]) -> (Vec<String>, String) {
     let mut max_regs = 0;
     for (cfg, r) in &results {
         match r {
-            Ok(u) if u.spill_stores == 0 && u.spill_loads == 0 && u.stack_frame == 0 => {
+            // 48 KiB: the static shared memory every target gives a CTA.
+            Ok(u)
+                if u.spill_stores == 0
+                    && u.spill_loads == 0
+                    && u.stack_frame == 0
+                    && u.shared <= 48 << 10 =>
+            {
                 max_regs = max_regs.max(u.registers)
             }
             Ok(u) => failures.push(format!("{arch} {}: {u:?}", cfg.describe())),
@@ -225,6 +251,48 @@ fn blackwell_family_targets_compile_without_spills() {
         let (f, summary) = compile_all(arch, &cfgs);
         failures.extend(f);
         counts.push(summary);
+    }
+    // The shapes the launch table picks on the parts themselves (their SM counts, threads
+    // per SM and clusters; `DeviceLimits::part`), for decode and prefill sizes: they build
+    // for the part's target without spills, within its static shared memory, and their
+    // launch bound fits its threads per SM (the unit test of the launch table checks the
+    // shapes on these and smaller limits for every size).
+    for part in ["b200", "b300", "rtx5090", "rtx-pro-6000", "gb10"] {
+        let (arch, limits) = DeviceLimits::part(part).expect("known part");
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|a| a == arch))
+        {
+            continue;
+        }
+        let mut seen = BTreeSet::new();
+        let mut own = Vec::new();
+        for m in [1usize, 16, 128, 1024, 16384] {
+            for h in [2048usize, 4096, 5120, 7168, 8192, 16384, 32768] {
+                let opts = fp4norm::Options::nvfp4();
+                let p = fp4norm::Problem::new(
+                    m,
+                    h,
+                    fp4norm::DType::BF16,
+                    fp4norm::ScaleLayout::Swizzled,
+                    &opts,
+                )
+                .expect("valid problem");
+                let cfg =
+                    KernelConfig::fused(&p, fp4norm::cuda::GsMode::Uniform, true, true, &limits);
+                assert!(
+                    cfg.block_threads() * cfg.min_ctas_per_sm() <= limits.max_threads_per_sm,
+                    "{part}: {}",
+                    cfg.describe()
+                );
+                if seen.insert(cfg.describe()) {
+                    own.push(cfg);
+                }
+            }
+        }
+        let (f, summary) = compile_all(arch, &own);
+        failures.extend(f);
+        counts.push(format!("{part}'s own shapes, {summary}"));
     }
     let _ = writeln!(
         std::io::stderr().lock(),

@@ -6,7 +6,9 @@
 use super::{Gpu, GsMode};
 use crate::Problem;
 
-pub use super::kernel::{compile, compile_and_report, launch_shape, KernelConfig, KernelKind};
+pub use super::kernel::{
+    compile, compile_and_report, l2_prefetch_rows, launch_shape, KernelConfig, KernelKind,
+};
 pub use super::nvrtc::{ensure_loaded, resource_usage, version, Compiled, ResourceUsage};
 
 /// The launch shape `FP4NORM_TUNE_SHAPE=G,R,C` forces, if set (announced on stderr).
@@ -48,4 +50,23 @@ pub fn run_selftest(gpu: &Gpu) -> Result<Option<String>, crate::Error> {
 /// is cached in (`None` with the disk cache off).
 pub fn selftest_verdict_file(gpu: &Gpu) -> Option<std::path::PathBuf> {
     super::selftest::verdict_file(gpu)
+}
+
+/// Forces the launch shape of every later fused call on `gpu` where it fits (`None`: the
+/// tables'), as [`with_launch_shape`] does, on a shared `Gpu`.
+pub fn set_launch_shape(gpu: &Gpu, shape: Option<(u32, u32, u32)>) {
+    gpu.set_launch_shape(shape)
+}
+
+pub use super::kernel::shape_fits;
+pub use super::tuned::{
+    buckets as tune_buckets, candidates as tune_candidates, save as save_tuned_table,
+    table_path as tuned_table_path,
+};
+
+/// `gpu` without the tuned launch table (the built-in table's shapes), as
+/// `FP4NORM_TUNED=off` does for a whole process: what `fp4norm tune` measures against.
+pub fn without_tuned_table(mut gpu: Gpu) -> Gpu {
+    gpu.tuned = None;
+    gpu
 }

@@ -5,7 +5,7 @@
 //! The measurement knobs (from `FP4NORM_TUNE_SHAPE` on) say on stderr what they do when
 //! set, and a value one cannot parse is reported and ignored, never silently measured as
 //! the default; the settings and the two device overrides are silent. Each variable is
-//! read once per process, except `FP4NORM_CACHE_DIR` (at every use) and the four that
+//! read once per process, except `FP4NORM_CACHE_DIR` (at every use) and the five that
 //! `Gpu::new` reads (at every `Gpu::new`).
 
 use std::ffi::OsString;
@@ -63,6 +63,12 @@ pub(crate) fn selftest_mode() -> super::selftest::Mode {
             Mode::Auto
         }
     }
+}
+
+/// `FP4NORM_TUNED=off`: the built-in launch table, not the one `fp4norm tune` wrote. Read
+/// at every `Gpu::new`.
+pub(crate) fn use_tuned_table() -> bool {
+    std::env::var("FP4NORM_TUNED").map_or(true, |v| v != "off" && v != "0")
 }
 
 /// `FP4NORM_TUNE_SHAPE=G,R,C`: the fused kernel's launch shape wherever it fits the call.

@@ -18,9 +18,11 @@
 pub mod internal;
 mod kernel;
 mod knobs;
+mod limits;
 mod nvrtc;
 mod raw;
 mod selftest;
+mod tuned;
 
 use std::sync::Arc;
 
@@ -31,8 +33,10 @@ use cudarc::driver::{
 
 pub use kernel::GsMode;
 use kernel::KernelConfig;
+pub use limits::DeviceLimits;
 pub use raw::LaunchOptions;
 pub use selftest::ConversionPath;
+pub use tuned::{TunedRow, TunedTable};
 
 /// A CUDA stream handle of the driver API (`CUstream`, the same as the runtime's
 /// `cudaStream_t`), as the raw entry points take it.
@@ -120,14 +124,18 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     arch: String,
     hw_e2m1: bool,
-    sm_count: u32,
+    /// What the device allows a launch; the launch shapes are derived from it.
+    limits: DeviceLimits,
     kernels: kernel::KernelCache,
     pdl: std::sync::atomic::AtomicBool,
     hw_canonical_nan: bool,
-    clusters: bool,
+    /// Programmatic dependent launch (sm_90+).
+    pdl_capable: bool,
     /// The launch shape forced by `FP4NORM_TUNE_SHAPE` (read by `Gpu::new`) or by
-    /// `with_launch_shape`, where it fits.
-    tune_shape: Option<(u32, u32, u32)>,
+    /// `with_launch_shape` / `set_launch_shape`, where it fits (0: none; see `pack_shape`).
+    tune_shape: std::sync::atomic::AtomicU64,
+    /// The launch shapes `fp4norm tune` measured on this device, if it wrote a table.
+    tuned: Option<TunedTable>,
     /// The conversions the kernels use, settled by the self-test before the first kernel
     /// that depends on them (see [`Gpu::conversion_path`]).
     conversions: std::sync::OnceLock<ConversionPath>,
@@ -140,6 +148,21 @@ impl std::fmt::Debug for Gpu {
             .field("arch", &self.arch)
             .finish()
     }
+}
+
+/// A launch shape in one word (0: none), so that a shared `Gpu` can change it atomically.
+fn pack_shape(shape: Option<(u32, u32, u32)>) -> u64 {
+    shape.map_or(0, |(g, r, c)| {
+        1 << 63 | (g as u64 & 0xFFFFF) << 40 | (r as u64 & 0xFFFFF) << 20 | (c as u64 & 0xFFFFF)
+    })
+}
+
+fn unpack_shape(v: u64) -> Option<(u32, u32, u32)> {
+    (v >> 63 == 1).then_some((
+        (v >> 40 & 0xFFFFF) as u32,
+        (v >> 20 & 0xFFFFF) as u32,
+        (v & 0xFFFFF) as u32,
+    ))
 }
 
 impl Gpu {
@@ -170,24 +193,36 @@ impl Gpu {
             arch = format!("sm_{major}{minor}");
             hw_e2m1 = false;
         }
-        let sm_count = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(driver_err("reading the SM count"))? as u32;
+        let limits = DeviceLimits::of(&ctx)?;
         Ok(Gpu {
             ctx,
             arch,
             hw_e2m1,
-            sm_count,
+            limits,
             kernels: Default::default(),
             pdl: Default::default(),
             // sm_90's packed add/cvt return 0x7FFF for NaN: checked on an H200 by the
             // GPU tests' NaN cases with the fix-up compiled out. Other targets keep the
             // fix-up until seen (FP4NORM_ASSUME_HW_CANONICAL_NAN=1/0 overrides, for checks).
             hw_canonical_nan: knobs::assume_hw_canonical_nan().unwrap_or((major, minor) == (9, 0)),
-            clusters: major >= 9,
-            tune_shape: knobs::tune_shape(),
+            pdl_capable: major >= 9,
+            tune_shape: std::sync::atomic::AtomicU64::new(pack_shape(knobs::tune_shape())),
+            tuned: None,
             conversions: std::sync::OnceLock::new(),
-        })
+        }
+        .with_tuned_table())
+    }
+
+    /// Reads the table `fp4norm tune` wrote for this device, if any.
+    fn with_tuned_table(mut self) -> Self {
+        self.tuned = tuned::load(&self);
+        self
+    }
+
+    /// The launch shapes `fp4norm tune` measured on this device and this `Gpu` uses before
+    /// the built-in table's (`FP4NORM_TUNED=off` ignores them), if there are any.
+    pub fn tuned_table(&self) -> Option<&TunedTable> {
+        self.tuned.as_ref()
     }
 
     /// Which conversions this device's kernels use: the fast ones (hardware instructions,
@@ -260,9 +295,16 @@ impl Gpu {
     /// runs), as the measurement knob `FP4NORM_TUNE_SHAPE=G,R,C` does; `None` restores the
     /// table. For measuring launch-shape tables, and for testing at small sizes the shapes
     /// the table picks only for large calls: the bytes written never depend on the shape.
-    pub(crate) fn with_launch_shape(mut self, shape: Option<(u32, u32, u32)>) -> Self {
-        self.tune_shape = shape;
+    pub(crate) fn with_launch_shape(self, shape: Option<(u32, u32, u32)>) -> Self {
+        self.set_launch_shape(shape);
         self
+    }
+
+    /// As [`Gpu::with_launch_shape`], on a shared `Gpu` (for `fp4norm tune`, which times
+    /// candidate shapes in turn); calls already enqueued keep their shape.
+    pub(crate) fn set_launch_shape(&self, shape: Option<(u32, u32, u32)>) {
+        self.tune_shape
+            .store(pack_shape(shape), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The device's context.
@@ -293,7 +335,12 @@ impl Gpu {
 
     /// Multiprocessors on the device.
     pub fn sm_count(&self) -> u32 {
-        self.sm_count
+        self.limits.sm_count
+    }
+
+    /// What the device allows a launch (read from its attributes when it was opened).
+    pub fn limits(&self) -> &DeviceLimits {
+        &self.limits
     }
 
     /// Launch kernels with programmatic dependent launch (sm_90+): a call may start while
@@ -314,7 +361,7 @@ impl Gpu {
     /// (honoured on sm_90+ only), else this GPU's setting.
     pub(crate) fn pdl_for(&self, request: Option<bool>) -> bool {
         match request {
-            Some(on) => on && self.clusters,
+            Some(on) => on && self.pdl_capable,
             None => self.pdl.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
@@ -337,14 +384,7 @@ impl Gpu {
         gs: GsMode,
         aligned: bool,
     ) -> KernelConfig {
-        let mut cfg = KernelConfig::fused(
-            problem,
-            gs,
-            aligned,
-            self.hw_e2m1,
-            self.sm_count,
-            self.clusters,
-        );
+        let mut cfg = KernelConfig::fused(problem, gs, aligned, self.hw_e2m1, &self.limits);
         cfg.hw_canonical_nan = self.hw_canonical_nan;
         if self.literal_codecs() {
             cfg.literal_codecs = true;
@@ -352,9 +392,24 @@ impl Gpu {
             cfg.hw_canonical_nan = false;
         }
         cfg.force_exact_sumsq = knobs::force_exact_sumsq();
-        // The launch shape forced by FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid.
-        if let Some(shape) = self.tune_shape {
-            if !cfg.try_launch_shape(shape, self.clusters) {
+        // The launch shape forced by FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid;
+        // else the tuned table's, where it has one that fits.
+        let forced = unpack_shape(self.tune_shape.load(std::sync::atomic::Ordering::Relaxed));
+        if forced.is_none() {
+            if let Some(shape) = self.tuned.as_ref().and_then(|t| {
+                t.lookup(
+                    problem.dtype,
+                    problem.h,
+                    problem.m,
+                    problem.block(),
+                    &self.limits,
+                )
+            }) {
+                cfg.try_launch_shape(shape, &self.limits);
+            }
+        }
+        if let Some(shape) = forced {
+            if !cfg.try_launch_shape(shape, &self.limits) {
                 static WARNED: std::sync::atomic::AtomicBool =
                     std::sync::atomic::AtomicBool::new(false);
                 if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {

@@ -274,6 +274,8 @@ pub struct ResourceUsage {
     pub spill_loads: u32,
     /// Stack frame (local memory) bytes per thread.
     pub stack_frame: u32,
+    /// Static shared memory per CTA, in bytes.
+    pub shared: u32,
 }
 
 /// Parses ptxas' `-v` output for the kernel `function` (its lines follow
@@ -295,5 +297,6 @@ pub fn resource_usage(log: &str, function: &str) -> Option<ResourceUsage> {
         spill_stores: number_before("bytes spill stores").unwrap_or(0),
         spill_loads: number_before("bytes spill loads").unwrap_or(0),
         stack_frame: number_before("bytes stack frame").unwrap_or(0),
+        shared: number_before("bytes smem").unwrap_or(0),
     })
 }

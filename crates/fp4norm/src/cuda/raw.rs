@@ -253,7 +253,7 @@ pub(crate) unsafe fn launch_fused(
         r_stride: c.residual.map_or(0, |r| r.row_stride as i64),
         y_stride: c.y_out.map_or(0, |y| y.row_stride as i64),
         eps: p.eps,
-        pf_rows: kernel::l2_prefetch_rows(&cfg, p.m, p.h, gpu.sm_count),
+        pf_rows: kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits),
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // Both kernels of a split swizzled write are loaded before either is launched, so
@@ -307,7 +307,7 @@ pub(crate) unsafe fn launch_fused(
             grid,
             pass.block_threads(),
             1,
-            gpu.clusters,
+            gpu.pdl_capable,
             stream,
             &mut args,
             "launching fp4norm_swizzle",
@@ -404,7 +404,7 @@ pub(crate) fn run_codec_check(
         launch(
             gpu,
             &f,
-            gpu.sm_count * 8,
+            gpu.limits.sm_count * 8,
             256,
             gpu.pdl_for(None),
             stream.cu_stream(),
@@ -446,7 +446,7 @@ pub(crate) unsafe fn launch_copy(
     let mut n = (bytes / 16) as i64;
     let (mut s, mut d) = (src, dst);
     // Four CTAs per SM for large copies; no more CTAs than 512-thread groups of vectors.
-    let grid = (gpu.sm_count as i64 * 4).min((n + 511) / 512).max(1) as u32;
+    let grid = (gpu.limits.sm_count as i64 * 4).min((n + 511) / 512).max(1) as u32;
     let mut args = [
         &mut s as *mut u64 as *mut c_void,
         &mut d as *mut u64 as *mut c_void,

@@ -308,18 +308,18 @@ pub fn edge_cases() -> Vec<Case> {
 /// 128 rows per SM: up to 2^31 elements), each with a case of 300 rows to run it forced
 /// (`internal::with_launch_shape`): bf16 and f16, both presets, every layout in turn, H = 2048
 /// to 32768, with and without residual and `y_out`. The CI compile check builds the same.
-pub fn many_row_shape_cases(sms: u32) -> Vec<(Case, (u32, u32, u32))> {
+pub fn many_row_shape_cases(limits: &fp4norm::cuda::DeviceLimits) -> Vec<(Case, (u32, u32, u32))> {
     use fp4norm::cuda::internal::launch_shape;
+    let sms = limits.sm_count;
     let mut out: Vec<(Case, (u32, u32, u32))> = Vec::new();
     let mut idx = 0usize;
     for dtype in [DType::BF16, DType::F16] {
         for &format in Fp4Format::ALL.iter() {
             for h in [2048usize, 4096, 5120, 7168, 8192, 16384, 32768] {
                 let block = format.block_size();
-                let small = launch_shape(h, block, 300, dtype, sms, true);
+                let small = launch_shape(h, block, 300, dtype, limits);
                 for rows_per_sm in [17usize, 65, 128] {
-                    let shape =
-                        launch_shape(h, block, rows_per_sm * sms as usize, dtype, sms, true);
+                    let shape = launch_shape(h, block, rows_per_sm * sms as usize, dtype, limits);
                     if shape == small
                         || out.iter().any(|(c, s)| {
                             *s == shape && c.h == h && c.dtype == dtype && c.format == format
@@ -342,6 +342,27 @@ pub fn many_row_shape_cases(sms: u32) -> Vec<(Case, (u32, u32, u32))> {
                     out.push((c, shape));
                     idx += 1;
                 }
+            }
+        }
+    }
+    out
+}
+
+/// Every generic candidate shape `fp4norm tune` measures (`internal::tune_candidates`) on
+/// a device with `limits`, each with a case to run it forced: bf16, both presets, the
+/// swizzled layout (the 4-byte scale words each CTA owns), H = 2048, 5120 and 16384, 300
+/// rows with the special rows. A tuned table can only hold such shapes, so none of them
+/// may change a byte. The CI compile check builds the same.
+pub fn tune_candidate_cases(limits: &fp4norm::cuda::DeviceLimits) -> Vec<(Case, (u32, u32, u32))> {
+    use fp4norm::cuda::internal::tune_candidates;
+    let mut out = Vec::new();
+    for &format in [Fp4Format::NVFP4, Fp4Format::MXFP4].iter() {
+        for h in [2048usize, 5120, 16384] {
+            for shape in tune_candidates(h, format.block_size(), limits) {
+                let mut c = Case::new(DType::BF16, 300, h, format, ScaleLayout::Swizzled);
+                c.special_rows = true;
+                c.fill = Fill::Ties;
+                out.push((c, shape));
             }
         }
     }

@@ -2,6 +2,7 @@
 //! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
 use super::launch_table::{launch_shape, shape_fits, swizzle_keep_wanted, swizzle_split_wanted};
+use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
 
 /// Which kernel: one file of `cu/` each (`FP4_KIND`).
@@ -85,16 +86,16 @@ pub struct KernelConfig {
 
 impl KernelConfig {
     /// The fused kernel's configuration for `p`, with the launch shape the launch table
-    /// gives a device of `sm_count` SMs (with thread-block `clusters` or not).
+    /// gives a device with `limits`.
     pub fn fused(
         p: &Problem,
         gs: GsMode,
         aligned: bool,
         hw_e2m1: bool,
-        sm_count: u32,
-        clusters: bool,
+        limits: &DeviceLimits,
     ) -> Self {
-        let (g, r, c) = launch_shape(p.h, p.block(), p.m, p.dtype, sm_count, clusters);
+        let clusters = limits.clusters();
+        let (g, r, c) = launch_shape(p.h, p.block(), p.m, p.dtype, limits);
         // The swizzle pass moves 4-byte words: only for the vector kernel, whose
         // `aligned` implies 4-byte aligned scale pointers (any alignment is allowed).
         let swizzle_split = p.layout.has_swizzled()
@@ -132,10 +133,10 @@ impl KernelConfig {
     }
 
     /// Replaces the launch shape (threads per row, rows per CTA, CTAs per row) with `shape`
-    /// if the kernel supports it for this configuration's rows (`shape_fits`; `clusters`:
-    /// whether the device has thread-block clusters), and says whether it did.
-    pub fn try_launch_shape(&mut self, shape: (u32, u32, u32), clusters: bool) -> bool {
-        let fits = shape_fits(self.h, self.block, shape, clusters);
+    /// if the kernel supports it for this configuration's rows on a device with `limits`
+    /// (`shape_fits`), and says whether it did.
+    pub fn try_launch_shape(&mut self, shape: (u32, u32, u32), limits: &DeviceLimits) -> bool {
+        let fits = shape_fits(self.h, self.block, shape, limits);
         if fits {
             (self.threads_per_row, self.rows_per_cta, self.cluster) = shape;
         }
@@ -269,10 +270,15 @@ impl KernelConfig {
     /// is chosen where no kernel spills (the CI compile check). The element-wise fallback
     /// (unaligned rows) is not bounded: at 64 registers some of its kernels spill.
     pub fn min_ctas_per_sm(&self) -> u32 {
-        if !self.aligned {
+        Self::min_ctas_for(self.block_threads(), self.aligned)
+    }
+
+    /// [`KernelConfig::min_ctas_per_sm`] of a fused kernel of `threads` per CTA.
+    pub fn min_ctas_for(threads: u32, aligned: bool) -> u32 {
+        if !aligned {
             return 1;
         }
-        match self.block_threads() {
+        match threads {
             512 => 2,
             256 => 5,
             128 => 10,
@@ -312,14 +318,14 @@ impl KernelConfig {
 mod tests {
     use super::*;
 
-    const SMS: u32 = 132;
+    const H200: DeviceLimits = DeviceLimits::H200;
 
     #[test]
     fn the_kernel_takes_its_register_hold_and_launch_bound_from_the_host() {
         let p = super::super::bf16_nvfp4_problem(16384, 32768);
         let shaped = |shape: (u32, u32, u32), aligned: bool| {
-            let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, SMS, true);
-            assert!(cfg.try_launch_shape(shape, true), "{shape:?}");
+            let mut cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, &H200);
+            assert!(cfg.try_launch_shape(shape, &H200), "{shape:?}");
             cfg
         };
         // (vectors per thread, held, launch bound) per shape of a row of 4096 vectors.

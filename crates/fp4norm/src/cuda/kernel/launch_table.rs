@@ -4,7 +4,7 @@
 //! rule was measured on the H200, and the figures behind each are in BENCHMARKS.md.
 
 use super::config::{KernelConfig, KernelKind};
-use crate::cuda::knobs;
+use crate::cuda::{knobs, DeviceLimits};
 use crate::DType;
 
 /// One row of [`MANY_ROWS`]: calls of rows of `h` elements (of `dtype`, or any dtype)
@@ -61,8 +61,8 @@ const MANY_ROWS: &[Split] = &[
 ];
 
 /// Threads per row, rows per CTA and CTAs per row for `m` rows of `h` elements in blocks
-/// of `block`, on a device of `sm_count` SMs (with thread-block `clusters` or not). Each
-/// thread handles 8-element (16-byte) vectors.
+/// of `block`, on a device with the `limits` given (its SM count, its largest cluster and
+/// CTA). Each thread handles 8-element (16-byte) vectors.
 ///
 /// * Many rows (more than SMs) are throughput-bound: two vectors per thread up to H = 4096,
 ///   four up to H = 16384, one row per CTA (short rows share a CTA, so that CTAs stay at
@@ -70,26 +70,31 @@ const MANY_ROWS: &[Split] = &[
 ///   512 threads that re-reads its row from L2 in its second pass. With clusters, the
 ///   `MANY_ROWS` table splits rows over CTAs where that measured faster.
 /// * Few rows (at most the SMs) are latency-bound: each row is spread over up to `SMs / M`
-///   CTAs (at most 8, a cluster, each on its own SM) with one vector per thread, so that
+///   CTAs (at most a cluster's, 8, each on its own SM) with one vector per thread, so that
 ///   the rows together cover the SMs; fewer CTAs where that gives CTAs of whole warps
 ///   (down to half as many). Beyond 512 threads per CTA a thread takes more vectors,
 ///   except that a whole row of 2048 vectors or more in one CTA takes 1024 threads.
+/// * A device's smaller CTAs or clusters cap the shape: more vectors per thread, fewer
+///   CTAs per row.
 pub fn launch_shape(
     h: usize,
     block: usize,
     m: usize,
     dtype: DType,
-    sm_count: u32,
-    clusters: bool,
+    limits: &DeviceLimits,
 ) -> (u32, u32, u32) {
     let nv = (h / 8).max(1);
     let vpb = (block / 8).max(1);
-    let sms = sm_count.max(1) as usize;
+    let sms = limits.sm_count.max(1) as usize;
+    let clusters = limits.clusters();
+    let max_cluster = limits.max_cluster.clamp(1, 8) as usize;
+    // The kernel's CTAs are whole warps, 32 to 1024 threads.
+    let max_threads = (limits.max_threads_per_block.clamp(32, 1024) / 32 * 32) as usize;
     let latency = m <= sms;
     // Each CTA must own whole groups of four scale blocks (one 32-bit swizzled store).
     let fits = |c: usize| nv % c == 0 && (nv / c) % (4 * vpb) == 0;
     let (mut c, mut vectors_per_thread) = if latency {
-        ((sms / m.max(1)).clamp(1, 8), 1)
+        ((sms / m.max(1)).clamp(1, max_cluster), 1)
     } else if nv <= 512 {
         (1, 2)
     } else if nv <= 2048 {
@@ -105,7 +110,7 @@ pub fn launch_shape(
             nv == s.h / 8 && s.dtype.is_none_or(|d| d == dtype) && rows_per_sm_in(s.above, s.up_to)
         });
         if let Some(s) = row {
-            if s.ctas == 1 || fits(s.ctas) {
+            if s.ctas == 1 || (s.ctas <= max_cluster && fits(s.ctas)) {
                 (c, vectors_per_thread) = (s.ctas, s.vectors);
             }
         }
@@ -128,27 +133,36 @@ pub fn launch_shape(
     }
     let nvc = nv / c;
     if latency {
-        let max_threads = if c == 1 && nvc >= 2048 { 1024 } else { 512 };
-        vectors_per_thread = nvc.div_ceil(max_threads);
+        let most = if c == 1 && nvc >= 2048 { 1024 } else { 512 };
+        vectors_per_thread = nvc.div_ceil(most.min(max_threads));
     }
+    // A device's smaller CTAs: more vectors per thread.
+    vectors_per_thread = vectors_per_thread.max(nvc.div_ceil(max_threads));
     let g = (nvc.div_ceil(vectors_per_thread).div_ceil(32).clamp(1, 32) * 32) as u32;
     let r = if c > 1 { 1 } else { (128 / g).max(1) };
     (g, r, c as u32)
 }
 
 /// Whether the kernel supports launch shape `(g, r, c)` for rows of `h` elements in
-/// blocks of `block`: whole warps, at most 1024 threads, a cluster of at most 8 CTAs
-/// that each own whole groups of four scale blocks, and one row per clustered CTA.
-pub fn shape_fits(h: usize, block: usize, shape: (u32, u32, u32), clusters: bool) -> bool {
+/// blocks of `block` on a device with `limits`: whole warps, at most 1024 threads (and the
+/// device's CTA), a cluster of at most 8 CTAs (and the device's) that each own whole
+/// groups of four scale blocks, one row per clustered CTA, and the kernel's launch bound
+/// satisfiable (its minimum of resident CTAs fits the SM's threads).
+pub fn shape_fits(h: usize, block: usize, shape: (u32, u32, u32), limits: &DeviceLimits) -> bool {
     let (g, r, c) = (shape.0 as usize, shape.1 as usize, shape.2 as usize);
     let nv = h / 8;
     let vpb = (block / 8).max(1);
+    let threads = g * r;
     g >= 32
         && g % 32 == 0
         && r >= 1
-        && g * r <= 1024
+        && threads <= 1024
+        && threads <= limits.max_threads_per_block as usize
+        && threads * KernelConfig::min_ctas_for(threads as u32, true) as usize
+            <= limits.max_threads_per_sm as usize
         && (1..=8).contains(&c)
-        && (c == 1 || (clusters && r == 1 && nv % c == 0 && (nv / c) % (4 * vpb) == 0))
+        && c <= limits.max_cluster as usize
+        && (c == 1 || (r == 1 && nv % c == 0 && (nv / c) % (4 * vpb) == 0))
 }
 
 /// Whether a call of `m` rows of `h` elements in blocks of `block` writes its swizzled
@@ -189,7 +203,7 @@ fn resident_ctas_per_sm(cfg: &KernelConfig) -> u32 {
 /// of two or more vectors per thread prefetch (the one-vector kernels are the latency
 /// shapes, M up to the SM count). The knobs `FP4NORM_L2_PREFETCH_ROWS` (the distance) and
 /// `FP4NORM_L2_PREFETCH_MIB` (the budget) override the rule.
-pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, sm_count: u32) -> u32 {
+pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, limits: &DeviceLimits) -> u32 {
     if !cfg.aligned || cfg.kind != KernelKind::Fused {
         return 0;
     }
@@ -198,10 +212,12 @@ pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, sm_count: u32) -
     }
     let budget_mib = knobs::l2_prefetch_mib()
         .unwrap_or_else(|| l2_prefetch_budget_mib(m, h, cfg.holds_rows_in_registers()));
-    let wave = sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
+    let wave = limits.sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
         / cfg.cluster.max(1) as u64;
     let row_bytes = (h as u64 * 2) * if cfg.residual { 2 } else { 1 };
-    let rows = wave.min((budget_mib << 20) / row_bytes.max(1));
+    // Rows ahead stay within half the L2, so that they are still there when read.
+    let budget = (budget_mib << 20).min(limits.l2_bytes / 2);
+    let rows = wave.min(budget / row_bytes.max(1));
     u32::try_from(rows).unwrap_or(u32::MAX)
 }
 
@@ -224,7 +240,11 @@ mod tests {
     use super::super::config::GsMode;
     use super::*;
 
-    const SMS: u32 = 132;
+    const H200: DeviceLimits = DeviceLimits::H200;
+    const NO_CLUSTERS: DeviceLimits = DeviceLimits {
+        max_cluster: 1,
+        ..DeviceLimits::H200
+    };
 
     #[test]
     fn swizzled_writes_split_only_for_many_rows_and_8_mib_of_scales() {
@@ -262,8 +282,8 @@ mod tests {
         }
         let rows = |m: usize, h: usize, aligned: bool| {
             let p = bf16_nvfp4_problem(m, h);
-            let cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, SMS, true);
-            l2_prefetch_rows(&cfg, m, h, SMS)
+            let cfg = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, &H200);
+            l2_prefetch_rows(&cfg, m, h, &H200)
         };
         // One resident wave: 132 SMs x 5 CTAs of 256 threads (one row each) ...
         assert_eq!(rows(16384, 4096, true), 660);
@@ -282,8 +302,11 @@ mod tests {
         assert_eq!(rows(1024, 8192, true), 0);
         assert_eq!(rows(16384, 4096, false), 0);
         let p = bf16_nvfp4_problem(16384, 32768);
-        let unclustered = KernelConfig::fused(&p, GsMode::Uniform, true, false, SMS, false);
-        assert_eq!(l2_prefetch_rows(&unclustered, 16384, 32768, SMS), 0);
+        let unclustered = KernelConfig::fused(&p, GsMode::Uniform, true, false, &NO_CLUSTERS);
+        assert_eq!(
+            l2_prefetch_rows(&unclustered, 16384, 32768, &NO_CLUSTERS),
+            0
+        );
     }
 
     #[test]
@@ -318,7 +341,7 @@ mod tests {
             (32768, 64, (512, 1, 2)), // split rows keep 512-thread CTAs
         ] {
             assert_eq!(
-                launch_shape(h, 16, m, DType::BF16, SMS, true),
+                launch_shape(h, 16, m, DType::BF16, &H200),
                 want,
                 "H={h} M={m}"
             );
@@ -326,110 +349,110 @@ mod tests {
         // The limits of the many-row splits (132 SMs): 64 rows per SM at H = 5120, 16384
         // and 32768, 16 to 64 at H = 7168; just above the SM count the splits already apply.
         assert_eq!(
-            launch_shape(5120, 16, 8448, DType::BF16, SMS, true),
+            launch_shape(5120, 16, 8448, DType::BF16, &H200),
             (160, 1, 2)
         );
         assert_eq!(
-            launch_shape(5120, 16, 8449, DType::BF16, SMS, true),
+            launch_shape(5120, 16, 8449, DType::BF16, &H200),
             (320, 1, 1)
         );
         assert_eq!(
-            launch_shape(5120, 32, 16384, DType::F16, SMS, true),
+            launch_shape(5120, 32, 16384, DType::F16, &H200),
             (320, 1, 1)
         );
         // Without clusters, four vectors in 160 threads at every M beyond the SMs.
         assert_eq!(
-            launch_shape(5120, 16, 16384, DType::BF16, SMS, false),
+            launch_shape(5120, 16, 16384, DType::BF16, &NO_CLUSTERS),
             (160, 1, 1)
         );
         assert_eq!(
-            launch_shape(7168, 16, 2112, DType::BF16, SMS, true),
+            launch_shape(7168, 16, 2112, DType::BF16, &H200),
             (224, 1, 1)
         );
         assert_eq!(
-            launch_shape(7168, 16, 2113, DType::BF16, SMS, true),
+            launch_shape(7168, 16, 2113, DType::BF16, &H200),
             (224, 1, 2)
         );
         assert_eq!(
-            launch_shape(7168, 16, 8448, DType::BF16, SMS, true),
+            launch_shape(7168, 16, 8448, DType::BF16, &H200),
             (224, 1, 2)
         );
         assert_eq!(
-            launch_shape(7168, 16, 8449, DType::BF16, SMS, true),
+            launch_shape(7168, 16, 8449, DType::BF16, &H200),
             (224, 1, 1)
         );
         assert_eq!(
-            launch_shape(16384, 16, 8448, DType::BF16, SMS, true),
+            launch_shape(16384, 16, 8448, DType::BF16, &H200),
             (256, 1, 4)
         );
         assert_eq!(
-            launch_shape(16384, 16, 8449, DType::BF16, SMS, true),
+            launch_shape(16384, 16, 8449, DType::BF16, &H200),
             (512, 1, 1)
         );
         assert_eq!(
-            launch_shape(32768, 16, 8448, DType::BF16, SMS, true),
+            launch_shape(32768, 16, 8448, DType::BF16, &H200),
             (256, 1, 8)
         );
         assert_eq!(
-            launch_shape(32768, 16, 8449, DType::BF16, SMS, true),
+            launch_shape(32768, 16, 8449, DType::BF16, &H200),
             (512, 1, 2)
         );
         assert_eq!(
-            launch_shape(32768, 32, 8449, DType::BF16, SMS, true),
+            launch_shape(32768, 32, 8449, DType::BF16, &H200),
             (512, 1, 2)
         );
         assert_eq!(
-            launch_shape(32768, 16, 133, DType::BF16, SMS, true),
+            launch_shape(32768, 16, 133, DType::BF16, &H200),
             (256, 1, 8)
         );
         // Without clusters (pre-Hopper) a row is never split, and many rows keep the
         // single-CTA shape.
-        assert_eq!(launch_shape(4096, 16, 1, DType::BF16, SMS, false).2, 1);
+        assert_eq!(launch_shape(4096, 16, 1, DType::BF16, &NO_CLUSTERS).2, 1);
         assert_eq!(
-            launch_shape(8192, 16, 8192, DType::BF16, SMS, false),
+            launch_shape(8192, 16, 8192, DType::BF16, &NO_CLUSTERS),
             (256, 1, 1)
         );
         assert_eq!(
-            launch_shape(32768, 32, 2048, DType::BF16, SMS, false),
+            launch_shape(32768, 32, 2048, DType::BF16, &NO_CLUSTERS),
             (512, 1, 1)
         );
         // f16 rows of 32768 take the two CTAs of 512 from 16 rows per SM; bf16 from 64.
         assert_eq!(
-            launch_shape(32768, 16, 2112, DType::F16, SMS, true),
+            launch_shape(32768, 16, 2112, DType::F16, &H200),
             (256, 1, 8)
         );
         assert_eq!(
-            launch_shape(32768, 16, 2113, DType::F16, SMS, true),
+            launch_shape(32768, 16, 2113, DType::F16, &H200),
             (512, 1, 2)
         );
         assert_eq!(
-            launch_shape(32768, 32, 8192, DType::F16, SMS, true),
+            launch_shape(32768, 32, 8192, DType::F16, &H200),
             (512, 1, 2)
         );
         assert_eq!(
-            launch_shape(32768, 16, 8192, DType::BF16, SMS, true),
+            launch_shape(32768, 16, 8192, DType::BF16, &H200),
             (256, 1, 8)
         );
         // f16 rows of 16384 take one CTA of 512 from 32 rows per SM; bf16 from 64.
         assert_eq!(
-            launch_shape(16384, 16, 4224, DType::F16, SMS, true),
+            launch_shape(16384, 16, 4224, DType::F16, &H200),
             (256, 1, 4)
         );
         assert_eq!(
-            launch_shape(16384, 16, 4225, DType::F16, SMS, true),
+            launch_shape(16384, 16, 4225, DType::F16, &H200),
             (512, 1, 1)
         );
         assert_eq!(
-            launch_shape(16384, 32, 8192, DType::F16, SMS, true),
+            launch_shape(16384, 32, 8192, DType::F16, &H200),
             (512, 1, 1)
         );
         assert_eq!(
-            launch_shape(16384, 16, 8192, DType::BF16, SMS, true),
+            launch_shape(16384, 16, 8192, DType::BF16, &H200),
             (256, 1, 4)
         );
         // MXFP4's blocks split the same way.
         assert_eq!(
-            launch_shape(5120, 32, 4096, DType::BF16, SMS, true),
+            launch_shape(5120, 32, 4096, DType::BF16, &H200),
             (160, 1, 2)
         );
     }
@@ -445,11 +468,11 @@ mod tests {
                     continue;
                 }
                 for m in [1, 2, 7, 16, 66, 128, 132, 133, 1000, 16384] {
-                    for clusters in [true, false] {
+                    for limits in [H200, NO_CLUSTERS] {
                         for dtype in [DType::BF16, DType::F16] {
-                            let s = launch_shape(h, block, m, dtype, SMS, clusters);
+                            let s = launch_shape(h, block, m, dtype, &limits);
                             assert!(
-                                shape_fits(h, block, s, clusters),
+                                shape_fits(h, block, s, &limits),
                                 "H={h} B={block} M={m} {dtype:?}: {s:?}"
                             );
                         }
@@ -459,14 +482,90 @@ mod tests {
         }
     }
 
+    /// The launch table's choices on every part `DeviceLimits::part` knows (Blackwell
+    /// sm_100a / sm_103a / sm_120a / sm_121a, an A100 without clusters), and on the same
+    /// parts with smaller clusters and CTAs than any has: every shape fits the part (its
+    /// CTA and cluster sizes, the kernel's launch bound within its threads per SM), covers
+    /// every row, and the L2 prefetch keeps within half the part's L2. (The registers a
+    /// shape needs are fixed by the launch bound at compile time, and the compile check
+    /// builds the kernels for these targets without spills.)
+    #[test]
+    fn the_table_launches_on_every_known_part_and_on_smaller_limits() {
+        let mut devices = Vec::new();
+        for name in DeviceLimits::PARTS {
+            let (_, l) = DeviceLimits::part(name).expect("known part");
+            devices.push((name.to_string(), l));
+            for (cluster, threads) in [(4, 1024), (2, 1024), (1, 1024), (8, 512), (2, 256)] {
+                let smaller = DeviceLimits {
+                    max_cluster: cluster,
+                    max_threads_per_block: threads,
+                    ..l
+                };
+                devices.push((
+                    format!("{name} with clusters of {cluster}, CTAs of {threads}"),
+                    smaller,
+                ));
+            }
+        }
+        let mut checked = 0usize;
+        for (name, limits) in &devices {
+            for h in [64, 2048, 2816, 4096, 5120, 7168, 8192, 16384, 32768, 65536] {
+                for block in [16, 32] {
+                    for m in [1, 2, 16, 100, 128, 200, 1024, 4096, 16384, 65536] {
+                        for dtype in [DType::BF16, DType::F16] {
+                            let (g, r, c) = launch_shape(h, block, m, dtype, limits);
+                            let what =
+                                format!("{name}: H={h} B={block} M={m} {dtype:?}: {:?}", (g, r, c));
+                            assert!(shape_fits(h, block, (g, r, c), limits), "{what}");
+                            assert!(g * r <= limits.max_threads_per_block, "{what}");
+                            assert!(c <= limits.max_cluster, "{what}");
+                            // Every vector of a row has a thread.
+                            let per_cta = (h / 8) / c as usize;
+                            let vpt = per_cta.div_ceil(g as usize);
+                            assert!(vpt * g as usize >= per_cta, "{what}");
+                            let p = crate::Problem::new(
+                                m,
+                                h,
+                                dtype,
+                                crate::ScaleLayout::Swizzled,
+                                &crate::Options::nvfp4().with_format(if block == 16 {
+                                    crate::Fp4Format::NVFP4
+                                } else {
+                                    crate::Fp4Format::MXFP4
+                                }),
+                            )
+                            .expect("valid problem");
+                            let cfg = KernelConfig::fused(&p, GsMode::Uniform, true, false, limits);
+                            let ahead = l2_prefetch_rows(&cfg, m, h, limits) as u64;
+                            assert!(
+                                ahead * (h as u64) * 4 <= limits.l2_bytes / 2,
+                                "{what}: {ahead} rows ahead"
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+    }
+
     #[test]
     fn shape_fits_refuses_what_the_kernel_cannot_run() {
-        assert!(!shape_fits(4096, 16, (48, 1, 1), true)); // not whole warps
-        assert!(!shape_fits(4096, 16, (512, 4, 1), true)); // 2048 threads
-        assert!(!shape_fits(4096, 16, (64, 2, 8), true)); // clustered CTAs own one row
-        assert!(!shape_fits(4096, 16, (64, 1, 8), false)); // no clusters on this device
-        assert!(!shape_fits(5120, 16, (64, 1, 3), true)); // 640 vectors do not split in 3
-        assert!(!shape_fits(4096, 16, (32, 1, 16), true)); // at most 8 CTAs per cluster
-        assert!(shape_fits(4096, 16, (64, 1, 8), true));
+        assert!(!shape_fits(4096, 16, (48, 1, 1), &H200)); // not whole warps
+        assert!(!shape_fits(4096, 16, (512, 4, 1), &H200)); // 2048 threads
+        assert!(!shape_fits(4096, 16, (64, 2, 8), &H200)); // clustered CTAs own one row
+        assert!(!shape_fits(4096, 16, (64, 1, 8), &NO_CLUSTERS)); // no clusters on this device
+        assert!(!shape_fits(5120, 16, (64, 1, 3), &H200)); // 640 vectors do not split in 3
+        assert!(!shape_fits(4096, 16, (32, 1, 16), &H200)); // at most 8 CTAs per cluster
+        let small = DeviceLimits {
+            max_cluster: 4,
+            max_threads_per_block: 256,
+            ..H200
+        };
+        assert!(!shape_fits(4096, 16, (64, 1, 8), &small)); // the device's clusters are smaller
+        assert!(!shape_fits(4096, 16, (512, 1, 1), &small)); // ... and its CTAs
+        assert!(shape_fits(4096, 16, (64, 1, 4), &small));
+        assert!(shape_fits(4096, 16, (64, 1, 8), &H200));
     }
 }
