@@ -101,6 +101,9 @@ pub struct BenchArgs {
     /// RMSNorm epsilon (finite, >= 0)
     #[arg(long, default_value_t = 1e-6, allow_negative_numbers = true)]
     eps: f32,
+    /// Added to every weight (SPEC.md §8; 1 for Gemma's (1 + w)); finite
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    weight_bias: f32,
     /// Also time the chain "previous kernel -> fp4norm" with and without programmatic
     /// dependent launch (CUDA, sm_90+), for the small shapes of the table
     #[arg(long)]
@@ -157,6 +160,7 @@ struct Report {
     /// µs per launch of a near-empty kernel replayed from a CUDA graph (GPU only).
     launch_floor_us: Option<f64>,
     eps: f32,
+    weight_bias: f32,
     global_scale: f32,
     seed: u64,
     rows: Vec<Row>,
@@ -192,6 +196,12 @@ impl BenchArgs {
         }
         if self.copy_mib == Some(0) {
             return Err("--copy-mib must be at least 1".into());
+        }
+        if !self.weight_bias.is_finite() {
+            return Err(format!(
+                "--weight-bias {}: the weight bias must be finite",
+                self.weight_bias
+            ));
         }
         if !self.eps.is_finite() || self.eps < 0.0 {
             return Err(format!(
@@ -230,7 +240,9 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
     };
     let do_check = a.check || !a.no_check; // the last of --check / --no-check wins
     let target_s = if a.quick { 0.02 } else { 0.15 };
-    let opts = Options::default().with_eps(a.eps);
+    let opts = Options::default()
+        .with_eps(a.eps)
+        .with_weight_bias(a.weight_bias);
 
     let json_stdout = a.json.as_deref() == Some("-");
     // Open the JSON file now, so that a bad path fails before a long run.
@@ -445,6 +457,7 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
             copy,
             launch_floor_us,
             eps: a.eps,
+            weight_bias: a.weight_bias,
             global_scale: a.global_scale,
             seed: a.seed,
             rows,

@@ -106,6 +106,12 @@ const GROUPS: &[Group] = &[
         make: eps,
     },
     Group {
+        name: "weight-bias",
+        about: "weight bias 1 (Gemma), -1, ±0, tiny and huge, over random and special weights",
+        expect_error: false,
+        make: weight_bias,
+    },
+    Group {
         name: "global-scale",
         about: "per-row global scales incl. 0, -1, tiny, huge, Inf, NaN",
         expect_error: false,
@@ -721,6 +727,31 @@ fn huge(rng: &mut StdRng, _: usize) -> Vec<Case> {
     v
 }
 
+/// SPEC.md §8's weight bias: w' = RN32(w + bias), the weight itself for a bias of ±0.
+fn weight_bias(rng: &mut StdRng, _: usize) -> Vec<Case> {
+    let (m, h) = (7, 256);
+    let mut v = Vec::new();
+    for f in [Fp4Format::NVFP4, Fp4Format::MXFP4] {
+        for dtype in DTYPES {
+            let s = sp(dtype);
+            for bias in [1.0f32, -1.0, 0.0, -0.0, 1e-40, 0.3, 3e38] {
+                let mut c = rand_case(rng, m, h, dtype, ScaleLayout::ALL[v.len() % 3], f);
+                c.opts = c.opts.with_weight_bias(bias);
+                // Weights that meet the bias: -1 (w' = 0 for Gemma), ±0, infinities, NaN.
+                for (i, w) in [to_bits(dtype, -1.0), 0x8000, 0, s.inf, s.nan]
+                    .into_iter()
+                    .enumerate()
+                {
+                    c.w[i * 7] = w;
+                }
+                c.y_out = true;
+                v.push(c);
+            }
+        }
+    }
+    v
+}
+
 fn eps(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let (m, h) = (9, 160);
     let mut v = Vec::new();
@@ -904,6 +935,12 @@ fn bad_input(rng: &mut StdRng, _: usize) -> Vec<Case> {
                 let mut c = base(rng, Fp4Format::MXFP4, 64);
                 c.opts = c.opts.with_eps(e);
                 c.note = "invalid eps".into();
+                v.push(c);
+            }
+            for b in [f32::NAN, f32::NEG_INFINITY] {
+                let mut c = base(rng, Fp4Format::NVFP4, 64);
+                c.opts = c.opts.with_weight_bias(b);
+                c.note = "invalid weight bias".into();
                 v.push(c);
             }
             for len in [4usize, 6] {

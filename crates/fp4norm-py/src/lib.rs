@@ -89,15 +89,26 @@ fn format_of(block_size: usize, scale_format: &str) -> Result<Fp4Format, Error> 
     ))
 }
 
-fn options(block_size: usize, scale_format: &str, eps: f64) -> Result<Options, Error> {
+fn options(
+    block_size: usize,
+    scale_format: &str,
+    eps: f64,
+    weight_bias: f64,
+) -> Result<Options, Error> {
     let eps32 = eps as f32;
     // An eps that is finite in f64 but overflows f32 is reported with its f32 value (inf).
     if !eps.is_finite() || eps < 0.0 || !eps32.is_finite() {
         return Err(Error::InvalidEps(eps32));
     }
+    // The weight bias is an f32 (SPEC.md §8): one that overflows it is refused likewise.
+    let bias32 = weight_bias as f32;
+    if !weight_bias.is_finite() || !bias32.is_finite() {
+        return Err(Error::InvalidWeightBias(bias32));
+    }
     Ok(Options {
         format: format_of(block_size, scale_format)?,
         eps: eps32,
+        weight_bias: bias32,
     })
 }
 
@@ -142,7 +153,7 @@ pub(crate) fn gpu(ordinal: usize) -> Result<Arc<Gpu>, Error> {
 #[pyfunction]
 #[pyo3(signature = (
     backend, device, stream, dtype, x, residual, weight, y_fp4, row_major, swizzled, y_out,
-    global_scale, eps, block_size, scale_format, enable_pdl=None
+    global_scale, eps, block_size, scale_format, enable_pdl=None, weight_bias=0.0
 ))]
 #[allow(clippy::too_many_arguments)] // the op's tensors, as in FlashInfer's signature
 fn fused(
@@ -163,6 +174,7 @@ fn fused(
     block_size: usize,
     scale_format: String,
     enable_pdl: Option<bool>,
+    weight_bias: f64,
 ) -> PyResult<()> {
     let be = self::backend(&backend, device, stream).map_err(to_py)?;
     let scales = match (row_major, swizzled) {
@@ -191,7 +203,7 @@ fn fused(
                 None => RawGlobalScale::None,
                 Some((ptr, n)) => RawGlobalScale::from_count(ptr, n),
             },
-            options: options(block_size, &scale_format, eps)?,
+            options: options(block_size, &scale_format, eps, weight_bias)?,
         })
     })()
     .map_err(to_py)?;
@@ -336,7 +348,7 @@ fn sizes(
     block_size: usize,
     scale_format: String,
 ) -> PyResult<(usize, usize, usize)> {
-    let opts = options(block_size, &scale_format, 1e-6).map_err(to_py)?;
+    let opts = options(block_size, &scale_format, 1e-6, 0.0).map_err(to_py)?;
     let p = Problem::new(m, h, DType::BF16, ScaleLayout::Both, &opts).map_err(to_py)?;
     Ok((
         p.fp4_len(),

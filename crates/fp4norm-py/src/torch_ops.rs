@@ -756,6 +756,7 @@ struct OpArgs {
     scale_format: Option<String>,
     swizzled: bool,
     enable_pdl: Option<bool>,
+    weight_bias: f64,
 }
 
 impl OpArgs {
@@ -784,9 +785,14 @@ impl OpArgs {
         if !self.eps.is_finite() || self.eps < 0.0 || !eps.is_finite() {
             return Err(Error::InvalidEps(eps).into());
         }
+        let weight_bias = self.weight_bias as f32;
+        if !self.weight_bias.is_finite() || !weight_bias.is_finite() {
+            return Err(Error::InvalidWeightBias(weight_bias).into());
+        }
         Ok(Options {
             format: Fp4Format::new(block, scale),
             eps,
+            weight_bias,
         })
     }
 }
@@ -1038,6 +1044,7 @@ fn op_args(s: &Stack, first: usize) -> Result<OpArgs, Fail> {
         scale_format: s.optional_str(first + 2)?,
         swizzled: s.bool(first + 3),
         enable_pdl: None,
+        weight_bias: 0.0,
     })
 }
 
@@ -1046,7 +1053,7 @@ fn op_args(s: &Stack, first: usize) -> Result<OpArgs, Fail> {
 /// block_scale_unswizzled)`.
 ///
 /// Schema (with residual): input, residual(a!), weight, global_scale?, eps, block_size,
-/// scale_format?, is_sf_swizzled_layout, y_out(b!)?, enable_pdl?.
+/// scale_format?, is_sf_swizzled_layout, y_out(b!)?, enable_pdl?, weight_bias.
 fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, both: bool) {
     run_boxed(|| {
         let mut s = Stack {
@@ -1066,6 +1073,7 @@ fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, bot
         let enable_pdl = s.optional_bool(8 + r);
         let mut args = op_args(&s, 3 + r)?;
         args.enable_pdl = enable_pdl;
+        args.weight_bias = s.f64(9 + r);
         let outs = fused(&tensors, &args, both)?.expect("functional form allocates");
         drop(tensors);
         for (i, t) in outs.into_iter().flatten().enumerate() {
@@ -1079,7 +1087,7 @@ fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, bot
 ///
 /// Schema (with residual): input, residual(a!), weight, y_fp4(b!), block_scale(c!),
 /// block_scale_unswizzled(d!)?, global_scale?, eps, block_size, scale_format?,
-/// is_sf_swizzled_layout, y_out(e!)?, enable_pdl?. A `block_scale_unswizzled` makes it a
+/// is_sf_swizzled_layout, y_out(e!)?, enable_pdl?, weight_bias. A `block_scale_unswizzled` makes it a
 /// both-layouts call (`block_scale` then holds the swizzled layout).
 fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
     run_boxed(|| {
@@ -1101,6 +1109,7 @@ fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
         let both = tensors.outputs.as_ref().is_some_and(|o| o.2.is_some());
         let mut args = op_args(&s, 6 + r)?;
         args.enable_pdl = enable_pdl;
+        args.weight_bias = s.f64(12 + r);
         if both {
             args.swizzled = true;
         }
@@ -1154,6 +1163,7 @@ extern "C-unwind" fn boxed_dequantize(stack: *mut u64, n_args: u64, n_out: u64) 
             scale_format: s.optional_str(4)?,
             swizzled: s.bool(5),
             enable_pdl: None,
+            weight_bias: 0.0,
         };
         let out = dequantize(&q_t, &sf_t, gs_t.as_ref(), &args)?;
         drop((q_t, sf_t, gs_t));

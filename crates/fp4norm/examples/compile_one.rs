@@ -7,7 +7,7 @@
 //! kernel (the other arguments but OUT are then ignored); LAYOUT: row-major (default),
 //! swizzled, both;
 //! FLAGS, comma-separated: f16, mxfp4 (32-element blocks, UE8M0), ue8m0 (16-element blocks
-//! with UE8M0 scales), y_out.
+//! with UE8M0 scales), y_out, gemma (weight bias 1).
 use fp4norm::cuda::internal::{self, KernelConfig, KernelKind};
 use fp4norm::cuda::GsMode;
 use fp4norm::*;
@@ -46,6 +46,9 @@ fn main() {
     } else {
         Options::nvfp4()
     };
+    if flags.contains(&"gemma") {
+        opts = opts.with_weight_bias(1.0);
+    }
     if flags.contains(&"ue8m0") {
         opts.format.scale = ScaleFormat::UE8M0;
     }

@@ -149,19 +149,23 @@ pub(crate) fn run_checked<T: Element>(
     // The path is read here, on the calling thread (a test may have forced one), and
     // handed to the workers.
     let isa = Isa::for_call();
+    // The weight widened to f32 once per call, with the weight bias (SPEC.md §8) added.
+    let w32: Vec<f32> = w
+        .iter()
+        .map(|v| crate::fp8::biased_weight(v.to_f32(), p.weight_bias))
+        .collect();
     if isa == Isa::Portable {
         let run_task = match p.format.block {
             BlockSize::B16 => {
                 process_task::<T, 16>
-                    as fn(&Problem, Task<'_, T>, &MatRef<'_, T>, &[T], &GlobalScale<'_>)
+                    as fn(&Problem, Task<'_, T>, &MatRef<'_, T>, &[f32], &GlobalScale<'_>)
             }
             BlockSize::B32 => process_task::<T, 32>,
         };
         tasks
             .into_par_iter()
-            .for_each(|t| run_task(&p, t, &x, w, &gs));
+            .for_each(|t| run_task(&p, t, &x, &w32, &gs));
     } else {
-        let w32: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
         tasks
             .into_par_iter()
             .for_each(|t| simd_task(isa, &p, t, &x, &w32, &gs));
@@ -210,7 +214,7 @@ fn process_task<T: Element, const B: usize>(
     p: &Problem,
     mut t: Task<'_, T>,
     x: &MatRef<'_, T>,
-    w: &[T],
+    w: &[f32],
     gs: &GlobalScale<'_>,
 ) {
     let (h, nb) = (p.h, p.n_blocks());
@@ -240,7 +244,7 @@ fn process_task<T: Element, const B: usize>(
 fn normalize_row<T: Element>(
     x: &[T],
     residual: Option<&mut [T]>,
-    w: &[T],
+    w: &[f32],
     eps: f32,
     y: &mut [f32],
     y_out: Option<&mut [T]>,
@@ -275,7 +279,7 @@ fn normalize_row<T: Element>(
     let rstd = rstd_if_decided(ss, h / 8 + 3, h, eps)
         .unwrap_or_else(|| rstd_of_sum(exact_sum_of_squares(y.iter().copied()), h, eps));
     for (yi, wi) in y.iter_mut().zip(w) {
-        *yi = (*yi * rstd) * wi.to_f32();
+        *yi = (*yi * rstd) * wi;
     }
     if let Some(o) = y_out {
         for (oi, &yi) in o.iter_mut().zip(y.iter()) {

@@ -181,7 +181,7 @@ pub enum Error {
     #[error("s_min = {0} is invalid: the scale floor must be finite and ≥ 0 (0 means no floor; vLLM's per-token quant uses 1/(448·512))")]
     InvalidScaleFloor(f32),
 
-    /// FP8 ops: `weight_bias` NaN or infinite.
+    /// `weight_bias` NaN or infinite.
     #[error("weight_bias = {0} is invalid: it must be finite (0 for plain RMSNorm, 1 for Gemma-style norms)")]
     InvalidWeightBias(f32),
 

@@ -277,6 +277,10 @@ pub struct Options {
     pub format: Fp4Format,
     /// RMSNorm epsilon (finite, ≥ 0). Default 1e-6.
     pub eps: f32,
+    /// Added to every weight before it multiplies (SPEC.md §8: `w' = RN32(w + bias)`; 0,
+    /// of either sign, leaves the weight as it is). Gemma-family models normalise with
+    /// `(1 + w)`: 1.0. Finite. Default 0.
+    pub weight_bias: f32,
 }
 
 impl Default for Options {
@@ -284,6 +288,7 @@ impl Default for Options {
         Options {
             format: Fp4Format::NVFP4,
             eps: 1e-6,
+            weight_bias: 0.0,
         }
     }
 }
@@ -310,5 +315,12 @@ impl Options {
     /// The same options with another format.
     pub fn with_format(self, format: Fp4Format) -> Self {
         Options { format, ..self }
+    }
+    /// The same options with another weight bias (1.0 for Gemma's `(1 + w)`).
+    pub fn with_weight_bias(self, weight_bias: f32) -> Self {
+        Options {
+            weight_bias,
+            ..self
+        }
     }
 }

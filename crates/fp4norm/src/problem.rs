@@ -21,6 +21,8 @@ pub struct Problem {
     pub layout: ScaleLayout,
     /// RMSNorm epsilon.
     pub eps: f32,
+    /// Added to every weight (SPEC.md §8; 0: the weight as it is).
+    pub weight_bias: f32,
     /// Whether the residual is added (and written back).
     pub has_residual: bool,
     /// Whether `y_out` is written.
@@ -29,7 +31,7 @@ pub struct Problem {
 
 impl Problem {
     /// Checks the shape and options: `H` a positive multiple of the block, `eps` finite
-    /// and non-negative, and every size representable in 64 bits.
+    /// and non-negative, `weight_bias` finite, and every size representable in 64 bits.
     pub fn new(
         m: usize,
         h: usize,
@@ -47,6 +49,9 @@ impl Problem {
         if !opts.eps.is_finite() || opts.eps < 0.0 {
             return Err(Error::InvalidEps(opts.eps));
         }
+        if !opts.weight_bias.is_finite() {
+            return Err(Error::InvalidWeightBias(opts.weight_bias));
+        }
         let p = Problem {
             m,
             h,
@@ -54,6 +59,7 @@ impl Problem {
             format: opts.format,
             layout,
             eps: opts.eps,
+            weight_bias: opts.weight_bias,
             has_residual: true,
             has_y_out: false,
         };

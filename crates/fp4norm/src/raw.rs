@@ -499,6 +499,7 @@ impl RawDequant {
             &Options {
                 format: self.format,
                 eps: 0.0,
+                weight_bias: 0.0,
             },
         )?;
         let (rm, sw) = self.scales.split();

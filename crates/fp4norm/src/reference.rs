@@ -55,6 +55,11 @@ fn run<T: Element>(
     }
     let mut hrow = vec![T::default(); h];
     let mut y = vec![0f32; h];
+    // w'_i = RN32(f32(w_i) + weight_bias), the weight itself where the bias is ±0 (§8).
+    let w: Vec<f32> = w
+        .iter()
+        .map(|v| crate::fp8::biased_weight(v.to_f32(), opts.weight_bias))
+        .collect();
     for row in 0..p.m {
         // 1. h_i = RNdt(RN32(x_i + r_i)); r_i ← h_i.
         let xr = x.row(row);
@@ -73,9 +78,9 @@ fn run<T: Element>(
         let ss = exact_sum_of_squares(hrow.iter().map(|v| v.to_f32()));
         // 3. rstd = RN32(1 / sqrt(ss / H + eps)), every step in f64.
         let rstd = rstd_of_sum(ss, h, opts.eps);
-        // 4. y_i = RN32(RN32(h_i · rstd) · w_i).
+        // 4. y_i = RN32(RN32(h_i · rstd) · w'_i).
         for i in 0..h {
-            y[i] = (hrow[i].to_f32() * rstd) * w[i].to_f32();
+            y[i] = (hrow[i].to_f32() * rstd) * w[i];
         }
         if let Some(yo) = y_out.as_mut() {
             for (o, &v) in yo.row_mut(row).iter_mut().zip(&y) {

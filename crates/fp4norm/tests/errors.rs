@@ -371,6 +371,26 @@ fn eps_negative_nan_or_infinite(backend: Backend) {
     }
 }
 
+fn weight_bias_nan_or_infinite(backend: Backend) {
+    for bias in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut s = nvfp4();
+        s.opts = s.opts.with_weight_bias(bias);
+        let e = expect_err(
+            &s,
+            backend,
+            "weight bias",
+            |e| matches!(e, Error::InvalidWeightBias(v) if v.to_bits() == bias.to_bits()),
+        );
+        assert_mentions(&e, &["weight"]);
+    }
+    // Every finite bias is accepted, ±0 and the extremes included.
+    for bias in [0.0f32, -0.0, 1.0, -f32::MAX, f32::from_bits(1)] {
+        let mut s = nvfp4();
+        s.opts = s.opts.with_weight_bias(bias);
+        expect_ok(&s, backend);
+    }
+}
+
 fn strided_views_that_do_not_fit(backend: Backend) {
     // A row stride shorter than H.
     let mut s = nvfp4();
@@ -423,6 +443,7 @@ backend_tests!(
     y_out_shape_mismatch,
     per_row_global_scale_wrong_length,
     eps_negative_nan_or_infinite,
+    weight_bias_nan_or_infinite,
     strided_views_that_do_not_fit,
 );
 

@@ -806,6 +806,99 @@ fn special_weights<T: Elem>(backend: Backend) {
     }
 }
 
+/// SPEC.md §8's weight bias on the FP4 op: y = w' = RN32(w + bias) with h = 1 (x = 1, no
+/// residual), eps = 0 → rstd = 1; NVFP4, gs = 1, H = 16, one block.
+///   Gemma's bias 1: w = [0 ×4, 0.5 ×4, -1 ×4, 2 ×4] → w' = [1 ×4, 1.5 ×4, +0 ×4, 3 ×4].
+///     amax 3 → s = 3/6 = 0.5 = E4M3 0x30, inv 2 → y·inv = 2, 3, 0, 6 → codes 4, 5, 0, 7
+///     → bytes 44 44 55 55 00 00 77 77.
+///   Bias ±0 leaves the weight: w = [-0 ×8, 1 ×8] → y = [-0 ×8, 1 ×8], amax 1 →
+///     s = RN(1/6) = 0.171875 = 0x23, inv = 5.818..: -0 → code 8, 1 → 5.8 → code 7
+///     → bytes 88 88 88 88 77 77 77 77; y_out -0 = 0x8000.
+///   A nonzero bias as small as 1e-40 does add: -0 + 1e-40 = 1e-40 (a positive
+///     subnormal), 1 + 1e-40 = 1 → codes 0 and 7 → bytes 00 00 00 00 77 77 77 77;
+///     y_out 1e-40 = bf16 0x0001 (its top 16 bits, 0x000116C2 rounding down), f16 +0.
+fn weight_bias<T: Elem>(backend: Backend) {
+    let x = vals::<T>(&[1.0; 16]);
+    let is_bf16 = T::DTYPE == DType::BF16;
+    let one = dt_bits::<T>(&[1.0])[0];
+    let mut wgemma = vec![0.0f32; 4];
+    wgemma.extend([0.5; 4]);
+    wgemma.extend([-1.0; 4]);
+    wgemma.extend([2.0; 4]);
+    let mut wz = vec![-0.0f32; 8];
+    wz.extend([1.0; 8]);
+    let mut yo_gemma = dt_bits::<T>(&[1.0; 4]);
+    yo_gemma.extend(dt_bits::<T>(&[1.5; 4]));
+    yo_gemma.extend([0u16; 4]);
+    yo_gemma.extend(dt_bits::<T>(&[3.0; 4]));
+    let mut yo_zero = vec![0x8000u16; 8];
+    yo_zero.extend([one; 8]);
+    let mut yo_tiny = vec![if is_bf16 { 0x0001u16 } else { 0x0000 }; 8];
+    yo_tiny.extend([one; 8]);
+    for (bias, w, q, code, yo, what) in [
+        (
+            1.0f32,
+            &wgemma,
+            vec![0x44u8, 0x44, 0x55, 0x55, 0, 0, 0x77, 0x77],
+            0x30u8,
+            &yo_gemma,
+            "bias 1",
+        ),
+        (
+            0.0,
+            &wz,
+            vec![0x88, 0x88, 0x88, 0x88, 0x77, 0x77, 0x77, 0x77],
+            0x23,
+            &yo_zero,
+            "bias +0",
+        ),
+        (
+            -0.0,
+            &wz,
+            vec![0x88, 0x88, 0x88, 0x88, 0x77, 0x77, 0x77, 0x77],
+            0x23,
+            &yo_zero,
+            "bias -0",
+        ),
+        (
+            1e-40,
+            &wz,
+            vec![0, 0, 0, 0, 0x77, 0x77, 0x77, 0x77],
+            0x23,
+            &yo_tiny,
+            "bias 1e-40",
+        ),
+    ] {
+        let w = vals::<T>(w);
+        let call = Call {
+            m: 1,
+            h: 16,
+            x: &x,
+            residual: None,
+            w: &w,
+            layout: ScaleLayout::RowMajor,
+            gs: GlobalScale::Uniform(1.0),
+            opts: Options::nvfp4().with_eps(0.0).with_weight_bias(bias),
+            y_out: true,
+        };
+        call.check(
+            backend,
+            what,
+            &Want {
+                y_fp4: q,
+                row_major: Some(vec![code]),
+                y_out: Some(yo.clone()),
+                ..Default::default()
+            },
+        );
+    }
+}
+
+fn weight_bias_both_dtypes(backend: Backend) {
+    weight_bias::<bf16>(backend);
+    weight_bias::<f16>(backend);
+}
+
 fn special_weights_both_dtypes(backend: Backend) {
     special_weights::<bf16>(backend);
     special_weights::<f16>(backend);
@@ -1085,6 +1178,7 @@ backend_tests!(
     specials_bf16,
     specials_f16,
     special_weights_both_dtypes,
+    weight_bias_both_dtypes,
     per_row_global_scale_both_dtypes,
     swizzled_padding_nvfp4_with_residual,
     swizzled_padding_nvfp4_without_residual,

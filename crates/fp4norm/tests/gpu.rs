@@ -249,6 +249,7 @@ fn host_case<T: Element>(c: &Case, rng: &mut rand::rngs::StdRng) -> HostCase<T> 
         let opts = Options {
             format: c.format,
             eps: c.eps,
+            weight_bias: c.weight_bias,
         };
         let xv = MatRef::with_stride(&x, m, h, xs).unwrap();
         // Small cases through the scalar reference itself; large ones through the parallel
@@ -343,6 +344,7 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
     let opts = Options {
         format: c.format,
         eps: c.eps,
+        weight_bias: c.weight_bias,
     };
     let result = if off == 0 && sw_off == 0 {
         let scales = match p.layout {

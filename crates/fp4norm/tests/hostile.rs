@@ -154,6 +154,8 @@ enum Violation {
     EpsNan,
     EpsInf,
     EpsNegative,
+    WeightBiasNan,
+    WeightBiasInf,
     GsPerRowShort,
     GsPerRowLong,
     XStrideTooSmall,
@@ -164,7 +166,7 @@ enum Violation {
     StrideOverflow,
 }
 
-const VIOLATIONS: [Violation; 25] = [
+const VIOLATIONS: [Violation; 27] = [
     Violation::HZero,
     Violation::HNotMultiple,
     Violation::ResidualRows,
@@ -182,6 +184,8 @@ const VIOLATIONS: [Violation; 25] = [
     Violation::EpsNan,
     Violation::EpsInf,
     Violation::EpsNegative,
+    Violation::WeightBiasNan,
+    Violation::WeightBiasInf,
     Violation::GsPerRowShort,
     Violation::GsPerRowLong,
     Violation::XStrideTooSmall,
@@ -283,6 +287,7 @@ fn valid(b: &Base) -> FusedSpec {
             GsSpec::Uniform(1.0)
         },
         seed: b.seed,
+        weight_bias: [0.0, 1.0, -0.0, 0.25][b.seed as usize % 4],
     }
 }
 
@@ -353,6 +358,8 @@ fn break_rule(s: &mut FusedSpec, v: Violation) -> bool {
         Violation::EpsNan => s.eps = f32::NAN,
         Violation::EpsInf => s.eps = f32::INFINITY,
         Violation::EpsNegative => s.eps = -1e-6,
+        Violation::WeightBiasNan => s.weight_bias = f32::NAN,
+        Violation::WeightBiasInf => s.weight_bias = f32::NEG_INFINITY,
         Violation::GsPerRowShort => s.gs = GsSpec::PerRow(vec![1.0; m - 1]),
         Violation::GsPerRowLong => s.gs = GsSpec::PerRow(vec![1.0; m + 1]),
         Violation::XStrideTooSmall => too_small(&mut s.x),

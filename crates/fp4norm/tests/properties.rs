@@ -57,6 +57,8 @@ struct Case {
     y_out: bool,
     gs: Gs,
     eps: f32,
+    /// SPEC.md §8's weight bias (0 of either sign: the weight as it is).
+    weight_bias: f32,
     seed: u64,
 }
 
@@ -79,6 +81,8 @@ const GS_VALUES: [f32; 14] = [
     448.0,
 ];
 const EPS_VALUES: [f32; 9] = [0.0, 1e-6, 1e-5, 1e-12, 1e-40, 0.5, 3.0, 1e30, f32::MAX];
+/// Weight biases: Gemma's 1, its negative, ±0, and values that round or overflow the sum.
+const BIAS_VALUES: [f32; 9] = [1.0, -1.0, -0.0, 0.5, 1e-3, -2.5, 1e30, -3e38, 1e-40];
 
 fn pad() -> impl Strategy<Value = usize> {
     prop_oneof![2 => Just(0usize), 1 => 1..40usize]
@@ -103,6 +107,7 @@ fn case_strategy(max_m: usize, max_k: usize, big: bool) -> impl Strategy<Value =
             1 => Just(Gs::PerRow)
         ],
         prop_oneof![2 => Just(1e-6f32), 3 => (0..EPS_VALUES.len()).prop_map(|i| EPS_VALUES[i])],
+        prop_oneof![3 => Just(0.0f32), 2 => (0..BIAS_VALUES.len()).prop_map(|i| BIAS_VALUES[i])],
         any::<u64>(),
     )
         .prop_map(
@@ -114,6 +119,7 @@ fn case_strategy(max_m: usize, max_k: usize, big: bool) -> impl Strategy<Value =
                 (residual, y_out),
                 gs,
                 eps,
+                weight_bias,
                 seed,
             )| {
                 let format = Fp4Format::ALL[fmt];
@@ -141,6 +147,7 @@ fn case_strategy(max_m: usize, max_k: usize, big: bool) -> impl Strategy<Value =
                     y_out,
                     gs,
                     eps,
+                    weight_bias,
                     seed,
                 }
             },
@@ -371,9 +378,15 @@ fn model(
         // crate's integer limbs; rstd = RN32(1/sqrt(ss/H + eps)).
         let ss = fsum_model(hv.iter().map(|&v| dt.to_f32(v) as f64).map(|v| v * v));
         let rstd = (1.0 / (ss / h as f64 + c.eps as f64).sqrt()) as f32;
-        // 4. y = RN32(RN32(h · rstd) · w).
+        // 4. y = RN32(RN32(h · rstd) · w'), w' = RN32(w + bias), or w for a bias of ±0.
         for i in 0..h {
-            y[i] = (dt.to_f32(hv[i]) * rstd) * dt.to_f32(w[i]);
+            let wi = dt.to_f32(w[i]);
+            let wb = if c.weight_bias == 0.0 {
+                wi
+            } else {
+                wi + c.weight_bias
+            };
+            y[i] = (dt.to_f32(hv[i]) * rstd) * wb;
             if c.y_out {
                 y_out[row * ys + i] = dt.rn(y[i]);
             }
@@ -487,7 +500,10 @@ fn run_lib<T: Element>(
         Gs::PerRow => GlobalScale::PerRow(gs),
     };
     let xv = MatRef::with_stride(&x, m, h, h + c.x_pad).unwrap();
-    let opts = Options::default().with_format(c.format).with_eps(c.eps);
+    let opts = Options::default()
+        .with_format(c.format)
+        .with_eps(c.eps)
+        .with_weight_bias(c.weight_bias);
     let res = if c.residual {
         let rv = MatMut::with_stride(&mut r[..], m, h, h + c.r_pad).unwrap();
         match be {

@@ -76,6 +76,8 @@ def add_rmsnorm_fp4quant(
     block_scale_unswizzled: Optional[Array] = ...,
     enable_pdl: Optional[bool] = ...,
     y_out: Optional[Array] = ...,
+    *,
+    weight_bias: Optional[float] = ...,
 ) -> Tuple[Array, Array]: ...
 @overload
 def add_rmsnorm_fp4quant(
@@ -93,6 +95,8 @@ def add_rmsnorm_fp4quant(
     block_scale_unswizzled: Optional[Array] = ...,
     enable_pdl: Optional[bool] = ...,
     y_out: Optional[Array] = ...,
+    *,
+    weight_bias: Optional[float] = ...,
 ) -> Tuple[Array, Array, Array]: ...
 
 
@@ -111,6 +115,8 @@ def add_rmsnorm_fp4quant(
     block_scale_unswizzled: Optional[Array] = None,
     enable_pdl: Optional[bool] = None,
     y_out: Optional[Array] = None,
+    *,
+    weight_bias: Optional[float] = None,
 ) -> Union[Tuple[Array, Array], Tuple[Array, Array, Array]]:
     """Fused residual add + RMSNorm + FP4 quantisation (FlashInfer's signature).
 
@@ -152,6 +158,9 @@ def add_rmsnorm_fp4quant(
             dependent launch wherever the device has it (sm_90+), False never.
         y_out: optional preallocated output, same shape and dtype as ``input``: the
             normalised values before quantisation.
+        weight_bias: keyword-only, added to every weight before it multiplies
+            (``w' = RN32(w + weight_bias)``, SPEC.md §8; None or 0 leaves the weight as it
+            is): 1.0 for Gemma-family norms, ``(1 + w)``. Finite.
 
     Returns:
         ``(y_fp4, block_scale)``, or ``(y_fp4, block_scale, block_scale_unswizzled)``
@@ -167,7 +176,7 @@ def add_rmsnorm_fp4quant(
         return _torch_ops.fused(
             input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
             scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
-            enable_pdl, y_out,
+            enable_pdl, y_out, weight_bias,
         )
     return _api.fused(
         input,
@@ -184,6 +193,7 @@ def add_rmsnorm_fp4quant(
         block_scale_unswizzled,
         enable_pdl,
         y_out,
+        weight_bias,
     )
 
 
@@ -203,6 +213,7 @@ def rmsnorm_fp4quant(
     output_both_sf_layouts: Literal[False] = ...,
     block_scale_unswizzled: Optional[Array] = ...,
     y_out: Optional[Array] = ...,
+    weight_bias: Optional[float] = ...,
 ) -> Tuple[Array, Array]: ...
 @overload
 def rmsnorm_fp4quant(
@@ -220,6 +231,7 @@ def rmsnorm_fp4quant(
     output_both_sf_layouts: Literal[True],
     block_scale_unswizzled: Optional[Array] = ...,
     y_out: Optional[Array] = ...,
+    weight_bias: Optional[float] = ...,
 ) -> Tuple[Array, Array, Array]: ...
 
 
@@ -238,18 +250,19 @@ def rmsnorm_fp4quant(
     output_both_sf_layouts: bool = False,
     block_scale_unswizzled: Optional[Array] = None,
     y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
 ) -> Union[Tuple[Array, Array], Tuple[Array, Array, Array]]:
     """RMSNorm + FP4 quantisation without a residual (FlashInfer's signature).
 
     Like :func:`add_rmsnorm_fp4quant` with ``h = input`` (nothing is written back).
-    ``output_both_sf_layouts``, ``block_scale_unswizzled`` and ``y_out`` are
-    keyword-only extensions (FlashInfer's ``rmsnorm_fp4quant`` has no both-layouts mode).
+    ``output_both_sf_layouts``, ``block_scale_unswizzled``, ``y_out`` and ``weight_bias``
+    are keyword-only extensions (FlashInfer's ``rmsnorm_fp4quant`` has no both-layouts mode).
     """
     if isinstance(input, _Tensor):
         return _torch_ops.fused(
             input, None, weight, y_fp4, block_scale, global_scale, eps, block_size,
             scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
-            enable_pdl, y_out,
+            enable_pdl, y_out, weight_bias,
         )
     return _api.fused(
         input,
@@ -266,6 +279,7 @@ def rmsnorm_fp4quant(
         block_scale_unswizzled,
         enable_pdl,
         y_out,
+        weight_bias,
     )
 
 

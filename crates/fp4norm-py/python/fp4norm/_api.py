@@ -305,6 +305,30 @@ def _eps(eps: Any) -> float:
     return value
 
 
+def _weight_bias(bias: Any) -> float:
+    if bias is None:
+        return 0.0
+    if isinstance(bias, bool) or not isinstance(bias, numbers.Real):
+        raise ArgumentTypeError(f"weight_bias must be a float, got {type(bias).__name__}")
+    value = float(bias)
+    if not math.isfinite(value) or not math.isfinite(float(_f32(value))):
+        raise ArgumentError(
+            f"weight_bias = {value} is invalid: it must be finite (0 for plain RMSNorm, 1 for "
+            "Gemma-style norms)"
+        )
+    return value
+
+
+def _f32(value: float) -> float:
+    """``value`` rounded to float32 (inf where it overflows)."""
+    import struct
+
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.inf
+
+
 def _flag(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
         raise ArgumentTypeError(f"{name} must be a bool, got {type(value).__name__}")
@@ -396,6 +420,7 @@ def fused(
     block_scale_unswizzled: Any,
     enable_pdl: Any,
     y_out: Any,
+    weight_bias: Any = None,
     backend: Optional[str] = None,
 ) -> Tuple[Any, ...]:
     x = _view(input, "input")
@@ -434,6 +459,7 @@ def fused(
 
     block_size, fmt = _block_and_format(block_size, scale_format)
     eps = _eps(eps)
+    weight_bias = _weight_bias(weight_bias)
     both = _flag(output_both_sf_layouts, "output_both_sf_layouts")
     swizzled = both or _flag(is_sf_swizzled_layout, "is_sf_swizzled_layout")
     pdl = True if enable_pdl is None else _flag(enable_pdl, "enable_pdl")
@@ -502,6 +528,7 @@ def fused(
         block_size,
         fmt,
         pdl,
+        weight_bias,
     )
     del gs_keep  # a temporary device scale is freed in stream order: safe
     if both:

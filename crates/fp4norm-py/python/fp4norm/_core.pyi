@@ -31,6 +31,7 @@ def fused(
     block_size: int,
     scale_format: str,
     enable_pdl: Optional[bool] = None,
+    weight_bias: float = 0.0,
 ) -> None:
     """Residual add (if ``residual``) + RMSNorm + FP4 quantisation. ``backend`` is
     ``"cpu"``, ``"reference"`` (host memory) or ``"cuda"`` (device ``device``, raw

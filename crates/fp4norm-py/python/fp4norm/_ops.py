@@ -10,14 +10,16 @@ Operators (``torch.ops.fp4norm``):
 
 * ``add_rmsnorm_fp4quant(input, residual, weight, global_scale=None, eps=1e-6,
   block_size=16, scale_format=None, is_sf_swizzled_layout=False, y_out=None,
-  enable_pdl=None) -> (y_fp4, block_scale)``: mutates ``residual`` (and ``y_out``),
-  returns new outputs.
+  enable_pdl=None, weight_bias=0.0) -> (y_fp4, block_scale)``: mutates ``residual`` (and
+  ``y_out``), returns new outputs. ``weight_bias`` is added to every weight (SPEC.md §8; 1.0
+  for Gemma's ``(1 + w)``).
 * ``add_rmsnorm_fp4quant.both(...)``, the same arguments ``-> (y_fp4, block_scale,
   block_scale_unswizzled)``: both scale layouts, ``block_scale`` swizzled
   (``is_sf_swizzled_layout`` is ignored).
 * ``add_rmsnorm_fp4quant.out(input, residual, weight, y_fp4, block_scale,
   block_scale_unswizzled=None, global_scale=None, eps=1e-6, block_size=16,
-  scale_format=None, is_sf_swizzled_layout=False, y_out=None, enable_pdl=None) -> ()``:
+  scale_format=None, is_sf_swizzled_layout=False, y_out=None, enable_pdl=None,
+  weight_bias=0.0) -> ()``:
   writes preallocated outputs; a ``block_scale_unswizzled`` asks for both layouts.
 * ``rmsnorm_fp4quant``, ``.both`` and ``.out``: the same without ``residual``.
 * ``dequantize(y_fp4, block_scale, global_scale=None, block_size=16, scale_format=None,
@@ -47,7 +49,7 @@ _OPTIONS = (
 # The functional forms: `.default` returns (y_fp4, block_scale), `.both` also the
 # row-major scales (block_scale then holds the swizzled layout; is_sf_swizzled_layout is
 # ignored). Two overloads, not a flag, so that a call allocates only the outputs it returns.
-_FUNCTIONAL_TAIL = "Tensor(b!)? y_out=None, bool? enable_pdl=None)"
+_FUNCTIONAL_TAIL = "Tensor(b!)? y_out=None, bool? enable_pdl=None, float weight_bias=0.0)"
 SCHEMAS = {
     "add_rmsnorm_fp4quant": "add_rmsnorm_fp4quant(Tensor input, Tensor(a!) residual, Tensor weight, "
     f"{_OPTIONS}, {_FUNCTIONAL_TAIL} -> (Tensor, Tensor)",
@@ -56,14 +58,14 @@ SCHEMAS = {
     "add_rmsnorm_fp4quant.out": "add_rmsnorm_fp4quant.out(Tensor input, Tensor(a!) residual, "
     "Tensor weight, Tensor(b!) y_fp4, Tensor(c!) block_scale, "
     f"Tensor(d!)? block_scale_unswizzled=None, {_OPTIONS}, Tensor(e!)? y_out=None, "
-    "bool? enable_pdl=None) -> ()",
+    "bool? enable_pdl=None, float weight_bias=0.0) -> ()",
     "rmsnorm_fp4quant": "rmsnorm_fp4quant(Tensor input, Tensor weight, "
     f"{_OPTIONS}, {_FUNCTIONAL_TAIL} -> (Tensor, Tensor)",
     "rmsnorm_fp4quant.both": "rmsnorm_fp4quant.both(Tensor input, Tensor weight, "
     f"{_OPTIONS}, {_FUNCTIONAL_TAIL} -> (Tensor, Tensor, Tensor)",
     "rmsnorm_fp4quant.out": "rmsnorm_fp4quant.out(Tensor input, Tensor weight, "
     "Tensor(b!) y_fp4, Tensor(c!) block_scale, Tensor(d!)? block_scale_unswizzled=None, "
-    f"{_OPTIONS}, Tensor(e!)? y_out=None, bool? enable_pdl=None) -> ()",
+    f"{_OPTIONS}, Tensor(e!)? y_out=None, bool? enable_pdl=None, float weight_bias=0.0) -> ()",
     "dequantize": "dequantize(Tensor y_fp4, Tensor block_scale, Tensor? global_scale=None, "
     "int block_size=16, str? scale_format=None, bool is_sf_swizzled_layout=False) -> Tensor",
 }
@@ -193,7 +195,7 @@ def _fake_outputs(input, block_size, scale_format, swizzled, both):
 @torch.library.register_fake("fp4norm::add_rmsnorm_fp4quant")
 def _fake_add(
     input, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
-    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
     return _fake_outputs(input, block_size, scale_format, is_sf_swizzled_layout, False)
 
@@ -201,7 +203,7 @@ def _fake_add(
 @torch.library.register_fake("fp4norm::add_rmsnorm_fp4quant.both")
 def _fake_add_both(
     input, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
-    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
     return _fake_outputs(input, block_size, scale_format, True, True)
 
@@ -209,7 +211,7 @@ def _fake_add_both(
 @torch.library.register_fake("fp4norm::rmsnorm_fp4quant")
 def _fake_rms(
     input, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
-    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
     return _fake_outputs(input, block_size, scale_format, is_sf_swizzled_layout, False)
 
@@ -217,7 +219,7 @@ def _fake_rms(
 @torch.library.register_fake("fp4norm::rmsnorm_fp4quant.both")
 def _fake_rms_both(
     input, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
-    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
     return _fake_outputs(input, block_size, scale_format, True, True)
 
@@ -302,6 +304,13 @@ def _both_flag(value: Any) -> bool:
     )
 
 
+def _bias(weight_bias: Any) -> Tuple[Any, ...]:
+    """The operators' trailing ``weight_bias`` argument: none for None (the schema's 0.0).
+    A float only where the caller gave one: torch.compile lifts a float default it reads
+    from a keyword-only parameter into a graph input and then compiles the graph twice."""
+    return () if weight_bias is None else (weight_bias,)
+
+
 def _call_operator(
     input: Tensor,
     residual: Optional[Tensor],
@@ -317,6 +326,7 @@ def _call_operator(
     block_scale_unswizzled: Any,
     enable_pdl: Any,
     y_out: Any,
+    weight_bias: Any = None,
 ) -> Tuple[Tensor, ...]:
     """:func:`fp4norm.add_rmsnorm_fp4quant` (``residual`` given) or
     :func:`fp4norm.rmsnorm_fp4quant` through the operators; every check is the operator's."""
@@ -328,11 +338,11 @@ def _call_operator(
             if residual is None:
                 return (RMS_BOTH if both else RMS)(
                     input, weight, global_scale, eps, block_size, scale_format,
-                    is_sf_swizzled_layout, y_out, enable_pdl,
+                    is_sf_swizzled_layout, y_out, enable_pdl, *_bias(weight_bias),
                 )
             return (ADD_BOTH if both else ADD)(
                 input, residual, weight, global_scale, eps, block_size, scale_format,
-                is_sf_swizzled_layout, y_out, enable_pdl,
+                is_sf_swizzled_layout, y_out, enable_pdl, *_bias(weight_bias),
             )
         swizzled = both or bool(is_sf_swizzled_layout)
         if y_fp4 is None or block_scale is None or (both and block_scale_unswizzled is None):
@@ -349,12 +359,12 @@ def _call_operator(
         if residual is None:
             RMS_OUT(
                 input, weight, y_fp4, block_scale, unswizzled, global_scale, eps, block_size,
-                scale_format, swizzled, y_out, enable_pdl,
+                scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
             )
         else:
             ADD_OUT(
                 input, residual, weight, y_fp4, block_scale, unswizzled, global_scale, eps,
-                block_size, scale_format, swizzled, y_out, enable_pdl,
+                block_size, scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
             )
     except RuntimeError as e:
         raise translate(e) from None
@@ -398,6 +408,7 @@ def fused(
     block_scale_unswizzled: Any,
     enable_pdl: Any,
     y_out: Any,
+    weight_bias: Any = None,
 ) -> Tuple[Tensor, ...]:
     """The operators' call, with their Autograd kernel's work done here in eager mode: the
     same refusal of tensors that require grad and the same version-counter updates, without
@@ -409,7 +420,7 @@ def fused(
         return _call_operator(
             input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
             scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
-            block_scale_unswizzled, enable_pdl, y_out,
+            block_scale_unswizzled, enable_pdl, y_out, weight_bias,
         )
     both = output_both_sf_layouts
     if both is not False and both is not True:
@@ -431,12 +442,12 @@ def fused(
                 if residual is None:
                     out = (_RMS_B if both else _RMS_F)(
                         input, weight, global_scale, eps, block_size, scale_format,
-                        is_sf_swizzled_layout, y_out, enable_pdl,
+                        is_sf_swizzled_layout, y_out, enable_pdl, *((weight_bias,) if weight_bias is not None else ()),
                     )
                 else:
                     out = (_ADD_B if both else _ADD_F)(
                         input, residual, weight, global_scale, eps, block_size, scale_format,
-                        is_sf_swizzled_layout, y_out, enable_pdl,
+                        is_sf_swizzled_layout, y_out, enable_pdl, *((weight_bias,) if weight_bias is not None else ()),
                     )
         except RuntimeError as e:
             raise translate(e) from None
@@ -452,12 +463,13 @@ def fused(
                     _RMS_O(
                         input, weight, y_fp4, block_scale, None, global_scale, eps,
                         block_size, scale_format, bool(is_sf_swizzled_layout), y_out, enable_pdl,
+                        *((weight_bias,) if weight_bias is not None else ()),
                     )
                 else:
                     _ADD_O(
                         input, residual, weight, y_fp4, block_scale, None, global_scale, eps,
                         block_size, scale_format, bool(is_sf_swizzled_layout), y_out,
-                        enable_pdl,
+                        enable_pdl, *((weight_bias,) if weight_bias is not None else ()),
                     )
         except RuntimeError as e:
             raise translate(e) from None
@@ -475,7 +487,7 @@ def fused(
         out = _call_operator(
             input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
             scale_format, is_sf_swizzled_layout, both, block_scale_unswizzled, enable_pdl,
-            y_out,
+            y_out, weight_bias,
         )
     _increment_version(written)
     return out

@@ -36,12 +36,13 @@ def add_rmsnorm_fp4quant(
     block_scale_unswizzled: Optional[Array] = None,
     *,
     y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
 ) -> Tuple[Array, ...]:
     """:func:`fp4norm.add_rmsnorm_fp4quant` through the scalar reference (host arrays)."""
     return _api.fused(
         input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
-        None, y_out, backend="reference",
+        None, y_out, weight_bias, backend="reference",
     )
 
 
@@ -59,12 +60,13 @@ def rmsnorm_fp4quant(
     output_both_sf_layouts: bool = False,
     block_scale_unswizzled: Optional[Array] = None,
     y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
 ) -> Tuple[Array, ...]:
     """:func:`fp4norm.rmsnorm_fp4quant` through the scalar reference (host arrays)."""
     return _api.fused(
         input, None, weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
-        None, y_out, backend="reference",
+        None, y_out, weight_bias, backend="reference",
     )
 
 
@@ -83,6 +85,7 @@ def allreduce_add_rmsnorm_fp4quant(
     block_scale_unswizzled: Optional[Array] = None,
     *,
     y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
 ) -> Tuple[Array, ...]:
     """SPEC.md §9, tensor parallel: the ranks' ``inputs`` (a list of host arrays, rank
     order) summed in float32 one addition at a time and rounded once to the dtype, then
@@ -91,7 +94,7 @@ def allreduce_add_rmsnorm_fp4quant(
     return add_rmsnorm_fp4quant(
         _api.allreduce_sum(inputs), residual, weight, y_fp4, block_scale, global_scale, eps,
         block_size, scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
-        block_scale_unswizzled, y_out=y_out,
+        block_scale_unswizzled, y_out=y_out, weight_bias=weight_bias,
     )
 
 
@@ -109,11 +112,12 @@ def allreduce_rmsnorm_fp4quant(
     output_both_sf_layouts: bool = False,
     block_scale_unswizzled: Optional[Array] = None,
     y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
 ) -> Tuple[Array, ...]:
     """:func:`allreduce_add_rmsnorm_fp4quant` without a residual (``rmsnorm_fp4quant`` on
     the sum)."""
     return rmsnorm_fp4quant(
         _api.allreduce_sum(inputs), weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts=output_both_sf_layouts,
-        block_scale_unswizzled=block_scale_unswizzled, y_out=y_out,
+        block_scale_unswizzled=block_scale_unswizzled, y_out=y_out, weight_bias=weight_bias,
     )

@@ -551,3 +551,68 @@ def test_torch_cpu_errors():
     with raises(ValueError, "input", "residual", "overlap"):
         fp4norm.add_rmsnorm_fp4quant(rt, rt, wt)
     assert torch.equal(rt.view(torch.int16), r0.view(torch.int16))
+
+
+# ---------------------------------------------------------------------------------------
+# Weight bias (SPEC.md §8: w' = RN32(w + bias); Gemma's (1 + w) is bias 1)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", DTYPES)
+def test_weight_bias_one_on_zero_weights_is_unit_weights(code):
+    """Zero weights with bias 1 are exactly unit weights (RN32(0 + 1) = 1): the same bytes
+    as the plain op with weights of one, through the fast path and the reference."""
+    rng = np.random.default_rng(11)
+    x, r, _ = make(rng, 33, 256, code)
+    dt = np_dtype(code)
+    for fn in (fp4norm.add_rmsnorm_fp4quant, reference.add_rmsnorm_fp4quant):
+        r1, r2 = r.copy(), r.copy()
+        a = fn(x, r1, np.zeros(256, dt), is_sf_swizzled_layout=True, weight_bias=1.0)
+        b = fn(x, r2, np.ones(256, dt), is_sf_swizzled_layout=True)
+        assert same_bytes(a[0], b[0]) and same_bytes(a[1], b[1]) and same_bytes(r1, r2)
+
+
+@pytest.mark.parametrize("code,fmt", list(itertools.product(DTYPES, FORMATS)))
+@pytest.mark.parametrize("bias", [1.0, -0.5, 0.0, -0.0, 3e-3])
+def test_weight_bias_matches_reference(code, fmt, bias):
+    block, sfmt = fmt
+    rng = np.random.default_rng(zlib.crc32(f"{code}{fmt}{bias}".encode()))
+    x, r, w = make(rng, 19, 512, code)
+    yo1, yo2 = np.empty_like(x), np.empty_like(x)
+    r1, r2 = r.copy(), r.copy()
+    kw = dict(block_size=block, scale_format=sfmt, output_both_sf_layouts=True, weight_bias=bias)
+    a = fp4norm.add_rmsnorm_fp4quant(x, r1, w, y_out=yo1, **kw)
+    b = reference.add_rmsnorm_fp4quant(x, r2, w, y_out=yo2, **kw)
+    for u, v in zip(a, b):
+        assert same_bytes(u, v)
+    assert same_bytes(yo1, yo2) and same_bytes(r1, r2)
+    # A nonzero bias changes the result (the weights are around 1, far from -bias).
+    if bias != 0.0:
+        plain = reference.add_rmsnorm_fp4quant(x, r.copy(), w, y_out=np.empty_like(x),
+                                               block_size=block, scale_format=sfmt)
+        assert not same_bytes(plain[0], a[0])
+    q1 = fp4norm.rmsnorm_fp4quant(x, w, block_size=block, scale_format=sfmt, weight_bias=bias)
+    q2 = reference.rmsnorm_fp4quant(x, w, block_size=block, scale_format=sfmt, weight_bias=bias)
+    assert same_bytes(q1[0], q2[0]) and same_bytes(q1[1], q2[1])
+
+
+@pytest.mark.parametrize(
+    "bias,exc",
+    [
+        (float("nan"), fp4norm.ArgumentError),
+        (float("inf"), fp4norm.ArgumentError),
+        (-float("inf"), fp4norm.ArgumentError),
+        (1e39, fp4norm.ArgumentError),  # finite in float64, infinite in float32
+        ("1", fp4norm.ArgumentTypeError),
+        (True, fp4norm.ArgumentTypeError),
+    ],
+)
+def test_bad_weight_bias_writes_nothing(bias, exc):
+    rng = np.random.default_rng(3)
+    x, r, w = make(rng, 4, 64, "bf16")
+    r0 = r.copy()
+    q = np.full((4, 32), 0xAB, np.uint8)
+    s = np.full((4, 4), 0xAB, np.uint8)
+    with pytest.raises(exc, match="weight_bias"):
+        fp4norm.add_rmsnorm_fp4quant(x, r, w, q, s, weight_bias=bias)
+    assert same_bytes(r, r0) and np.all(q == 0xAB) and np.all(s == 0xAB)

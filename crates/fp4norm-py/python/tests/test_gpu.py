@@ -321,3 +321,26 @@ def test_bad_arguments_write_nothing():
         assert word in str(info.value), str(info.value)
     torch.cuda.synchronize()
     assert same(rg, r0), "nothing may be written on error"
+
+
+@pytest.mark.parametrize("bias", [1.0, -0.5])
+@pytest.mark.parametrize("code", ["bf16", "f16"])
+def test_weight_bias_identical_to_cpu(code, bias):
+    """SPEC.md §8's weight bias on the CUDA kernels (FP4_WBIAS): the CPU's bytes, with
+    y_out, both layouts, NVFP4 and MXFP4, decode and prefill sizes."""
+    for m, h, block in ((1, 4096, 16), (300, 2048, 32), (1000, 7168, 16)):
+        x, r, w = data(m, h, DTYPES[code], seed=m + h, specials=m > 2)
+        gs = torch.tensor([1.5])
+        y_cpu = torch.empty_like(x)
+        r_cpu = r.clone()
+        kw = dict(block_size=block, output_both_sf_layouts=True, weight_bias=bias)
+        cpu = fp4norm.add_rmsnorm_fp4quant(x, r_cpu, w, global_scale=gs, y_out=y_cpu, **kw)
+        y_gpu = torch.full_like(x, 7.0).to(DEV)
+        r_gpu = gpu_copy(r)
+        out = fp4norm.add_rmsnorm_fp4quant(
+            gpu_copy(x), r_gpu, gpu_copy(w), global_scale=gpu_copy(gs), y_out=y_gpu, **kw
+        )
+        torch.cuda.synchronize()
+        for a, b in zip(cpu, out):
+            assert same(a, b), (m, h, block)
+        assert same(r_cpu, r_gpu) and same(y_cpu, y_gpu)

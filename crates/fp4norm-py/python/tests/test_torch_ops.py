@@ -358,3 +358,61 @@ def test_torch_compile_cuda_graphs():
         yc, qc, sc = compiled(x, r_compiled)
         assert np.array_equal(raw(qe), raw(qc)) and np.array_equal(raw(se), raw(sc))
         assert np.array_equal(raw(r_eager), raw(r_compiled)) and np.array_equal(raw(ye), raw(yc))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_weight_bias_through_the_operators(device):
+    """SPEC.md §8's weight bias (Gemma's (1 + w)) through the functional and .out
+    operators: the reference's bytes, opcheck, and under torch.compile (fullgraph,
+    dynamic) one compile across M with eager's bytes."""
+    cuda_or_skip(device)
+    m, h = 6, 256
+    x, r, w = data(m, h, torch.bfloat16, device, seed=5)
+    gs = torch.tensor([2.0], device=device)
+    r_ref = host(r).copy()
+    ref = reference.add_rmsnorm_fp4quant(
+        host(x), r_ref, host(w), global_scale=host(gs), is_sf_swizzled_layout=True, weight_bias=1.0
+    )
+    r1 = r.clone()
+    q, s = ops.add_rmsnorm_fp4quant(x, r1, w, gs, is_sf_swizzled_layout=True, weight_bias=1.0)
+    assert np.array_equal(raw(q), ref[0].reshape(-1).view(np.uint8))
+    assert np.array_equal(raw(s), ref[1].reshape(-1).view(np.uint8))
+    assert np.array_equal(raw(r1), r_ref.reshape(-1).view(np.uint8))
+    q2 = torch.empty_like(q)
+    s2 = torch.empty_like(s)
+    ops.add_rmsnorm_fp4quant.out(x, r.clone(), w, q2, s2, None, gs, is_sf_swizzled_layout=True,
+                                 weight_bias=1.0)
+    assert torch.equal(raw_t(q2), raw_t(q)) and torch.equal(raw_t(s2), raw_t(s))
+    u8 = dict(dtype=torch.uint8, device=device)
+    torch.library.opcheck(
+        ops.add_rmsnorm_fp4quant.default, (x, r.clone(), w, gs),
+        dict(is_sf_swizzled_layout=True, weight_bias=1.0),
+    )
+    torch.library.opcheck(
+        ops.rmsnorm_fp4quant.out,
+        (x, w, torch.empty(m, h // 2, **u8), torch.empty(m, h // 16, **u8)),
+        dict(global_scale=gs, weight_bias=-0.5),
+    )
+
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+
+    def norm(x, residual):
+        return fp4norm.add_rmsnorm_fp4quant(x, residual, w, global_scale=gs,
+                                            is_sf_swizzled_layout=True, weight_bias=1.0)
+
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(norm, fullgraph=True, dynamic=True, backend=counter)
+    for mm in (7, 128, 1000):
+        xx, rr, _ = data(mm, h, torch.bfloat16, device, seed=mm)
+        re, rc = rr.clone(), rr.clone()
+        qe, se = norm(xx, re)
+        qc, sc = compiled(xx, rc)
+        assert torch.equal(raw_t(qe), raw_t(qc)) and torch.equal(raw_t(se), raw_t(sc))
+        assert torch.equal(raw_t(re), raw_t(rc))
+    assert counter.frame_count == 1, f"recompiled: {counter.frame_count} frames"
+
+
+def raw_t(t):
+    return t.detach().contiguous().view(torch.uint8).reshape(-1)

@@ -68,6 +68,7 @@ struct Case {
     y_out: bool,
     stride: usize,
     eps: f32,
+    weight_bias: f32,
     x: Vec<u16>,
     r: Vec<u16>,
     w: Vec<u16>,
@@ -89,6 +90,7 @@ fn run_as<T: Element>(c: &Case, isa: Option<Isa>) -> Outputs {
     let opts = Options {
         format: c.format,
         eps: c.eps,
+        weight_bias: c.weight_bias,
     };
     let p = Problem::new(c.m, c.h, c.dtype, c.layout, &opts).unwrap();
     // Outputs start as garbage, so that a byte left unwritten shows.
@@ -365,6 +367,7 @@ fn random_case(rng: &mut StdRng, m: usize, h: usize, dt: DType) -> Case {
         y_out: rng.random::<bool>(),
         stride,
         eps: [1e-6, 0.0, 1e-2, 1e-6][rng.random_range(0..4)],
+        weight_bias: [0.0, 0.0, 1.0, -0.0, 0.5, -1.0][rng.random_range(0..6)],
         w: weights(rng, dt, h),
         x,
         r,
@@ -465,6 +468,7 @@ fn every_path_on_exact_ties() {
                             y_out: true,
                             stride: h,
                             eps: 0.0,
+                            weight_bias: 0.0,
                             x: x.clone(),
                             r: vec![0; m * h],
                             w: w.clone(),
@@ -540,6 +544,7 @@ fn every_path_on_special_rows() {
                             y_out: true,
                             stride: h,
                             eps,
+                            weight_bias: if residual { 1.0 } else { 0.0 },
                             x,
                             r,
                             w: weights(&mut rng, dt, h),

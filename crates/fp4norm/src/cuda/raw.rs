@@ -42,6 +42,9 @@ struct FusedParams {
     eps: f32,
     /// L2 prefetch distance in rows, 0 = none ([`kernel::l2_prefetch_rows`]).
     pf_rows: u32,
+    /// Added to every weight; declared by the kernel only where it is nonzero
+    /// (`FP4_WBIAS`): the driver copies the parameter size the kernel declares.
+    weight_bias: f32,
 }
 
 /// Mirrors `struct Fp4SwizzleParams` in kernel/cu/swizzle.cu.
@@ -254,6 +257,7 @@ pub(crate) unsafe fn launch_fused(
         y_stride: c.y_out.map_or(0, |y| y.row_stride as i64),
         eps: p.eps,
         pf_rows: kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits),
+        weight_bias: p.weight_bias,
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // Both kernels of a split swizzled write are loaded before either is launched, so

@@ -242,7 +242,7 @@ fn fused_case(
     format: Fp4Format,
 ) -> Result<Option<String>, Error> {
     let (m, h) = (130, 2048);
-    let opts = Options { format, eps: 1e-6 };
+    let opts = Options::default().with_format(format);
     let p = Problem::new(m, h, dtype, ScaleLayout::Both, &opts)?;
     let x = test_rows(m, h, dtype, 0x5eed_0001 ^ h as u64);
     let mut r_host = test_rows(m, h, dtype, 0x5eed_0002);

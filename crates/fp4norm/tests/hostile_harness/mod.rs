@@ -303,6 +303,8 @@ pub struct FusedSpec {
     pub eps: f32,
     pub gs: GsSpec,
     pub seed: u64,
+    /// SPEC.md §8's weight bias: 0, or an awkward f32 (NaN and ±Inf are bad input).
+    pub weight_bias: f32,
 }
 
 impl FusedSpec {
@@ -330,6 +332,11 @@ impl FusedSpec {
         };
         let gs = decode_gs(inp, m);
         let seed = inp.u64();
+        // Read last, so that the inputs decoded before it keep their meaning.
+        let weight_bias = match inp.sel(3) {
+            0 => 0.0,
+            _ => special_or_bits(inp),
+        };
         FusedSpec {
             f16,
             format,
@@ -346,6 +353,7 @@ impl FusedSpec {
             eps,
             gs,
             seed,
+            weight_bias,
         }
     }
 }
@@ -461,6 +469,7 @@ fn invoke<T: Element>(s: &FusedSpec, b: &mut Buffers<T>, be: Backend) -> Result<
     let opts = Options {
         format: s.format,
         eps: s.eps,
+        weight_bias: s.weight_bias,
     };
     let w = &w[..];
     let r = match (be, rv) {
@@ -661,7 +670,8 @@ pub fn run_problem(inp: &mut Input<'_>) {
         0 => 1e-6,
         _ => special_or_bits(inp),
     };
-    if let Ok(p) = Problem::new(m, h, dtype, layout, &Options { format, eps }) {
+    let opts = Options::default().with_format(format).with_eps(eps);
+    if let Ok(p) = Problem::new(m, h, dtype, layout, &opts) {
         let (fp4, rm, sw) = (
             p.fp4_len(),
             p.row_major_scales_len(),

@@ -42,6 +42,8 @@ pub struct Case {
     pub gs_none: bool,
     pub per_row_gs: bool,
     pub eps: f32,
+    /// SPEC.md §8's weight bias (0: none).
+    pub weight_bias: f32,
     pub fill: Fill,
     /// Rows 0..4 hold a zero row, a row with NaN, one with +Inf and one with -Inf.
     pub special_rows: bool,
@@ -71,6 +73,7 @@ impl Case {
             gs_none: false,
             per_row_gs: false,
             eps: 1e-6,
+            weight_bias: 0.0,
             fill: Fill::Normal,
             special_rows: false,
             x_pad: 0,
@@ -98,6 +101,7 @@ impl Case {
             &Options {
                 format: self.format,
                 eps: self.eps,
+                weight_bias: self.weight_bias,
             },
         )
         .expect("valid case")
@@ -169,6 +173,13 @@ pub fn sweep(dtype: DType) -> Vec<Case> {
                     c.gs = [1.0, 2688.0, 0.37, 1.0e4][idx % 4];
                     c.gs_none = idx % 9 == 0;
                     c.eps = if idx % 7 == 3 { 0.0 } else { 1e-6 };
+                    // Gemma's (1 + w), and a bias that rounds the sum, on a tenth of the
+                    // cases each (each is a kernel specialisation of its own).
+                    c.weight_bias = match idx % 20 {
+                        1 | 11 => 1.0,
+                        6 => -0.3,
+                        _ => 0.0,
+                    };
                     c.fill = [
                         Fill::Normal,
                         Fill::Normal,

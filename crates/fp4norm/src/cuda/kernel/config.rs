@@ -60,6 +60,9 @@ pub struct KernelConfig {
     pub hw_e2m1: bool,
     /// Trust the packed add/cvt to return the canonical NaN 0x7FFF (no fix-up code).
     pub hw_canonical_nan: bool,
+    /// A nonzero weight bias is added to every weight (`FP4_WBIAS`; SPEC.md §8). Defined
+    /// only when set, so the usual source, and its cubins, are unchanged.
+    pub weight_bias: bool,
     /// Every code from the literal SPEC.md encoders (`FP4_LITERAL_CODECS`): the path of a
     /// device whose conversion self-test failed (see `cuda::selftest`). Defined only when
     /// set, so the usual source, and its cubins, are unchanged.
@@ -118,6 +121,7 @@ impl KernelConfig {
             },
             hw_e2m1,
             hw_canonical_nan: false,
+            weight_bias: p.weight_bias != 0.0,
             literal_codecs: false,
             force_exact_sumsq: false,
             threads_per_row: g,
@@ -171,6 +175,7 @@ impl KernelConfig {
             gs: GsMode::None,
             hw_e2m1: false,
             hw_canonical_nan: false,
+            weight_bias: false,
             literal_codecs: false,
             force_exact_sumsq: false,
             threads_per_row: 32,
@@ -242,6 +247,10 @@ impl KernelConfig {
             "#define FP4_LITERAL_CODECS 1\n"
         } else {
             ""
+        } + if self.weight_bias {
+            "#define FP4_WBIAS 1\n"
+        } else {
+            ""
         }
     }
 
@@ -289,7 +298,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} literal={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} wbias={} literal={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={}",
             self.kind,
             self.dtype,
             self.h,
@@ -302,6 +311,7 @@ impl KernelConfig {
             self.gs,
             self.hw_e2m1,
             self.hw_canonical_nan,
+            self.weight_bias,
             self.literal_codecs,
             self.force_exact_sumsq,
             self.threads_per_row,

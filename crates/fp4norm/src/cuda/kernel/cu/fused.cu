@@ -51,6 +51,9 @@ struct Fp4NormParams {
     i64 y_stride;
     float eps;
     unsigned int pf_rows;  // L2 prefetch distance in rows, 0 = none (launch_table.rs, l2_prefetch_rows)
+#if defined(FP4_WBIAS)
+    float weight_bias;     // nonzero: added to every weight (SPEC.md §8)
+#endif
 };
 
 // rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation (SPEC.md §1.3).
@@ -205,6 +208,10 @@ __device__ __forceinline__ void normalise_vector(const Fp4NormParams& p, i64 row
         float hf[8], wf[8];
         unpack8(h, hf);
         unpack8(w, wf);
+#if defined(FP4_WBIAS)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) wf[i] = __fadd_rn(wf[i], p.weight_bias);  // w' = RN32(w + bias)
+#endif
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             y[i] = __fmul_rn(__fmul_rn(hf[i], rstd), wf[i]);
