@@ -127,7 +127,10 @@ pub fn buckets(sm_count: u32) -> Vec<(usize, usize, usize)> {
 /// Generic launch shapes for rows of `h` elements in blocks of `block` on a device with
 /// `limits`: 1 to 8 CTAs per row (a cluster, where the device has them) and 1, 2, 4, 8 or
 /// 16 vectors per thread (more where a CTA would exceed the device's), rows shared by
-/// CTAs of fewer than 128 threads. No measured table goes into them.
+/// CTAs of fewer than 128 threads. No measured table goes into them. A CTA of 128 threads
+/// or fewer takes at most 2 vectors per thread and one of 256 at most 4: the kernel's
+/// launch bound for those sizes (ten and five resident CTAs per SM) leaves 48 and 51
+/// registers, where more vectors spill (the compile check shows it).
 pub fn candidates(h: usize, block: usize, limits: &DeviceLimits) -> Vec<(u32, u32, u32)> {
     let nv = (h / 8).max(1);
     let max_threads = limits.max_threads_per_block.clamp(32, 1024) as usize / 32 * 32;
@@ -141,6 +144,14 @@ pub fn candidates(h: usize, block: usize, limits: &DeviceLimits) -> Vec<(u32, u3
         for vpt in [1usize, 2, 4, 8, 16].map(|v| v.max(least)) {
             let g = nvc.div_ceil(vpt).div_ceil(32) * 32;
             let r = if c == 1 { (128 / g).max(1) } else { 1 };
+            let most = match g * r {
+                ..=128 => 2,
+                ..=256 => 4,
+                _ => usize::MAX,
+            };
+            if nvc.div_ceil(g) > most {
+                continue;
+            }
             let shape = (g as u32, r as u32, c as u32);
             if shape_fits(h, block, shape, limits) && !out.contains(&shape) {
                 out.push(shape);
