@@ -16,7 +16,9 @@ and f16 bench JSONs, the Triton peer's JSON, the PDL log, the GPU test log.
 skipped at its deadline); `@COMMIT` when they ran on another commit than --commit. Rows of
 the same commit fill the report's tables where the report has no such row; rows of
 another commit are shown in a table of their own next to the report's figures.
---cpu: an `fp4norm bench --device cpu --json` run for the CPU table.
+--cpu: an `fp4norm bench --device cpu --json` run for the CPU table (alone, without
+--report: `--cpu CPU.json@COMMIT --cpu-machine TEXT --cpu-csv benchmarks/cpu.csv --update
+BENCHMARKS.md` rewrites the CPU table only).
 --update: replaces every block between `<!-- BEGIN bench-tables: NAME -->` and
 `<!-- END bench-tables: NAME -->` in the page with the block NAME generated here (the text
 around them is left alone); without --update the blocks are printed.
@@ -714,8 +716,28 @@ def main():
         page_mode(a)
     elif a.main:
         print(report_md(a))
+    elif a.cpu:
+        cpu_mode(a)
     else:
-        ap.error("give --report (page mode) or --main (report mode)")
+        ap.error("give --report (page mode), --main (report mode) or --cpu (the CPU table alone)")
+
+
+def cpu_mode(a):
+    """The CPU table (and CSV) alone, from one `fp4norm bench --device cpu --json` run."""
+    path, commit = split_commit(a.cpu, a.commit)
+    if not commit:
+        sys.exit("--cpu needs a commit: --cpu FILE@COMMIT or --commit")
+    cpu = Run(load(path), os.path.basename(path), "cpu", commit)
+    date = a.cpu_date or a.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    machine = a.cpu_machine or cpu.data["device_description"]
+    blocks = {"cpu": [f"{machine}, commit {commit}, copy {cpu.copy:.1f} GB/s ({cpu.data['clock']})", ""]
+              + cpu_block(cpu)}
+    if a.cpu_csv:
+        write_csv(a.cpu_csv, cpu_csv_rows(cpu, machine, date))
+    if a.update:
+        update(a.update, blocks)
+    else:
+        print("\n".join(blocks["cpu"]))
 
 
 if __name__ == "__main__":
