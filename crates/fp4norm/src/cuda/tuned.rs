@@ -144,10 +144,13 @@ pub fn candidates(h: usize, block: usize, limits: &DeviceLimits) -> Vec<(u32, u3
         for vpt in [1usize, 2, 4, 8, 16].map(|v| v.max(least)) {
             let g = nvc.div_ceil(vpt).div_ceil(32) * 32;
             let r = if c == 1 { (128 / g).max(1) } else { 1 };
-            let most = match g * r {
-                ..=128 => 2,
-                ..=256 => 4,
-                _ => usize::MAX,
+            let threads = g * r;
+            let most = if threads <= 128 {
+                2
+            } else if threads <= 256 {
+                4
+            } else {
+                usize::MAX
             };
             if nvc.div_ceil(g) > most {
                 continue;
