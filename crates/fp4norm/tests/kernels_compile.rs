@@ -117,6 +117,23 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             }
         }
     }
+    // The swizzled padding zeroed by the call's own CTAs (`FP4NORM_SWIZZLE_PAD_SPREAD=1`,
+    // which the GPU tests force on the bf16 sweep and the edge cases).
+    for c in sweep::sweep(fp4norm::DType::BF16)
+        .into_iter()
+        .chain(sweep::edge_cases())
+    {
+        let cfg = planned(&c.problem(c.dtype), c.gs_mode(), c.aligned(), hw_e2m1, true);
+        if cfg.swizzled && !cfg.swizzle_split {
+            let spread = KernelConfig {
+                swizzle_pad_spread: true,
+                ..cfg
+            };
+            if seen.insert(spread.describe()) {
+                out.push(spread);
+            }
+        }
+    }
     // Every shape `fp4norm tune` may put in a table, forced on the cases the GPU tests run
     // them on.
     for (c, shape) in sweep::tune_candidate_cases(&PLAN) {

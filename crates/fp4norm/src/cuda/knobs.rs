@@ -109,6 +109,18 @@ pub(crate) fn swizzle_keep() -> Option<bool> {
     )
 }
 
+/// `FP4NORM_SWIZZLE_PAD_SPREAD=0|1`: the zero scales of the swizzled layout's padding rows
+/// written by the CTAs of the call's rows (1) or by CTAs of their own (0).
+pub(crate) fn swizzle_pad_spread() -> Option<bool> {
+    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
+    switch_knob_once(
+        &KNOB,
+        "FP4NORM_SWIZZLE_PAD_SPREAD",
+        "swizzled padding rows zeroed by the call's own CTAs",
+        "swizzled padding rows zeroed by CTAs of their own",
+    )
+}
+
 /// `FP4NORM_L2_PREFETCH_ROWS=N`: the L2 prefetch fetches the row N ahead (the GPU tests: 1).
 pub(crate) fn l2_prefetch_rows() -> Option<u32> {
     static KNOB: OnceLock<Option<u32>> = OnceLock::new();

@@ -234,7 +234,7 @@ pub(crate) unsafe fn launch_fused(
     // Rows the fused kernel covers: with directly written swizzled scales, the padding rows
     // of the last 128-row tile too (it zeroes their scales); a split write's swizzle pass
     // zeroes them instead.
-    let rows_total = if p.layout.has_swizzled() && !cfg.swizzle_split {
+    let rows_total = if p.layout.has_swizzled() && !cfg.swizzle_split && !cfg.swizzle_pad_spread {
         swizzled_rows(p.m)
     } else {
         p.m

@@ -1,7 +1,9 @@
 //! What one kernel specialisation is: [`KernelConfig`], every compile-time constant of a
 //! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
-use super::launch_table::{launch_shape, shape_fits, swizzle_keep_wanted, swizzle_split_wanted};
+use super::launch_table::{
+    launch_shape, shape_fits, swizzle_keep_wanted, swizzle_pad_spread_wanted, swizzle_split_wanted,
+};
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
 
@@ -85,6 +87,10 @@ pub struct KernelConfig {
     /// The direct swizzled write's 4-byte words stored with an L2 evict-last policy (see
     /// `swizzle_keep_wanted`); only where `swizzled && aligned && !swizzle_split`.
     pub swizzle_keep: bool,
+    /// The swizzled padding rows zeroed by the CTAs of the call's rows
+    /// (`FP4_SWZ_PAD_SPREAD`, see `swizzle_pad_spread_wanted`); only for a direct swizzled
+    /// write. Defined only when set, so the usual source, and its cubins, are unchanged.
+    pub swizzle_pad_spread: bool,
 }
 
 impl KernelConfig {
@@ -133,6 +139,9 @@ impl KernelConfig {
                 && aligned
                 && !swizzle_split
                 && swizzle_keep_wanted(p.m, p.h),
+            swizzle_pad_spread: p.layout.has_swizzled()
+                && !swizzle_split
+                && swizzle_pad_spread_wanted(),
         }
     }
 
@@ -184,6 +193,7 @@ impl KernelConfig {
             aligned: true,
             swizzle_split: false,
             swizzle_keep: false,
+            swizzle_pad_spread: false,
         }
     }
 
@@ -251,6 +261,10 @@ impl KernelConfig {
             "#define FP4_WBIAS 1\n"
         } else {
             ""
+        } + if self.swizzle_pad_spread {
+            "#define FP4_SWZ_PAD_SPREAD 1\n"
+        } else {
+            ""
         }
     }
 
@@ -298,7 +312,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} wbias={} literal={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} wbias={} literal={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={} swz_pad_spread={}",
             self.kind,
             self.dtype,
             self.h,
@@ -319,7 +333,8 @@ impl KernelConfig {
             self.cluster,
             self.aligned,
             self.swizzle_split,
-            self.swizzle_keep
+            self.swizzle_keep,
+            self.swizzle_pad_spread
         )
     }
 }

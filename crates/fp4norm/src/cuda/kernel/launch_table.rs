@@ -187,6 +187,15 @@ pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
     knobs::swizzle_keep().unwrap_or(m.saturating_mul(h) >= 1 << 24)
 }
 
+/// Whether the direct swizzled write zeroes the padding rows of the last 128-row tile
+/// from the CTAs of the call's own rows, spread over all their threads
+/// (`FP4_SWZ_PAD_SPREAD`), rather than from CTAs launched for the padding rows, which at
+/// decode sizes are most of the grid (127 rows' CTAs for one row). Off until measured on a
+/// GPU; the knob `FP4NORM_SWIZZLE_PAD_SPREAD` turns it on. The bytes are the same.
+pub fn swizzle_pad_spread_wanted() -> bool {
+    knobs::swizzle_pad_spread().unwrap_or(false)
+}
+
 /// Resident CTAs per SM of an aligned fused kernel: the minimum its launch bound asks for
 /// ([`KernelConfig::min_ctas_per_sm`]), or, for CTA sizes it does not bound, what 64
 /// registers per thread allow.

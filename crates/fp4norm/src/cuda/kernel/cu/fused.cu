@@ -485,6 +485,34 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float r
 #undef SQ_SYNC
 }
 
+#if FP4_SWIZZLED && !FP4_SWZ_SPLIT && defined(FP4_SWZ_PAD_SPREAD)
+// Rows m..Mp of the last 128-row tile (all in that tile), their scales zero, spread over
+// every thread of the grid, which covers the call's rows only. Four blocks of a row are
+// four consecutive bytes: one word where the buffer is 4-byte aligned (FP4_VEC_ALIGNED).
+// Not inlined, so that it runs on the registers the row's work has released (inlined,
+// ptxas hoists its address arithmetic and kernels under a tight launch bound spill).
+__device__ __noinline__ void zero_swizzled_padding(u8* sf_swizzled, i64 m) {
+    const int first = (int)(m & 127);
+    if (first == 0) return;  // m a multiple of 128: no padding rows
+    u8* tile = sf_swizzled + (m >> 7) * (i64)(NK4 / 4) * 512;
+    const i64 start = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 step = (i64)gridDim.x * blockDim.x;
+#if FP4_VEC_ALIGNED
+    const int n = (128 - first) * (NK4 / 4);
+    for (i64 w = start; w < n; w += step) {
+        const int r = first + (int)w / (NK4 / 4), k = (int)w % (NK4 / 4);
+        *reinterpret_cast<u32*>(tile + k * 512 + (r & 31) * 16 + (r >> 5) * 4) = 0u;
+    }
+#else
+    const int n = (128 - first) * NK4;
+    for (i64 i = start; i < n; i += step) {
+        const int r = first + (int)i / NK4, b = (int)i % NK4;
+        tile[(b >> 2) * 512 + (r & 31) * 16 + (r >> 5) * 4 + (b & 3)] = 0;
+    }
+#endif
+}
+#endif
+
 // The launch bound's minimum of resident CTAs per SM: decided by the host
 // (KernelConfig::min_ctas_per_sm, src/cuda/kernel/config.rs), which also sizes the L2
 // prefetch's resident wave from it.
@@ -706,7 +734,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, nullptr);
 #endif
         }
-#if FP4_SWIZZLED && !FP4_SWZ_SPLIT
+#if FP4_SWIZZLED && !FP4_SWZ_SPLIT && !defined(FP4_SWZ_PAD_SPREAD)
         else if (row < p.rows_total && v0 == 0) {
             // Rows m..Mp of the last 128-row tile: scale padding, written as zero.
             for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
@@ -716,4 +744,8 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             exact_sum_redo(&p, rstd, gs, live, mine_undecided);
         }
     }
+#if FP4_SWIZZLED && !FP4_SWZ_SPLIT && defined(FP4_SWZ_PAD_SPREAD)
+    // After griddepcontrol.wait above: a kernel before this one may still read the buffer.
+    zero_swizzled_padding(p.sf_swizzled, p.m);
+#endif
 }
