@@ -220,6 +220,69 @@ def test_in_place_writes_advance_version_counters(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_eager_calls_reach_modes_and_the_profiler_through_the_dispatcher(device):
+    """An eager call goes straight to the backend kernel only where nothing would see the
+    operator in the dispatcher: under a TorchDispatchMode or the profiler it is dispatched
+    as usual, and both routes write the same bytes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    cuda_or_skip(device)
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x, r, w = data(3, 64, torch.bfloat16, device)
+    results = []
+    for route in ("direct", "mode", "profiler"):
+        rr = r.clone()
+        q = torch.empty(3, 32, dtype=torch.uint8, device=device)
+        s = torch.empty(3, 4, dtype=torch.float8_e4m3fn, device=device)
+        if route == "mode":
+            with Seen() as seen:
+                fp4norm.add_rmsnorm_fp4quant(x, rr, w, q, s)
+                fp4norm.add_rmsnorm_fp4quant(x, rr.clone(), w)
+            assert "fp4norm.add_rmsnorm_fp4quant.out" in seen.ops, seen.ops
+            assert "fp4norm.add_rmsnorm_fp4quant.default" in seen.ops, seen.ops
+        elif route == "profiler":
+            with torch.profiler.profile() as prof:
+                fp4norm.add_rmsnorm_fp4quant(x, rr, w, q, s)
+            names = {e.key for e in prof.key_averages()}
+            assert any("fp4norm::add_rmsnorm_fp4quant" in n for n in names), names
+        else:
+            fp4norm.add_rmsnorm_fp4quant(x, rr, w, q, s)
+        results.append((rr.view(torch.int16).cpu(), q.cpu(), s.view(torch.uint8).cpu()))
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_positional_and_full_calls_write_the_same_bytes(device):
+    cuda_or_skip(device)
+    x, r, w = data(3, 64, torch.bfloat16, device)
+    outs = []
+    for full in (False, True):
+        rr = r.clone()
+        q = torch.empty(3, 32, dtype=torch.uint8, device=device)
+        s = torch.empty(3, 4, dtype=torch.float8_e4m3fn, device=device)
+        if full:
+            ops.add_rmsnorm_fp4quant.out(
+                x, rr, w, q, s, None, None, 1e-6, 16, None, False, None, None, 0.0
+            )
+        else:
+            fp4norm.add_rmsnorm_fp4quant(x, rr, w, q, s)
+        outs.append((rr.view(torch.int16).cpu(), q.cpu(), s.view(torch.uint8).cpu()))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_leaf_that_requires_grad_is_refused(device):
     cuda_or_skip(device)
     x, r, w = data(4, 64, torch.bfloat16, device)
