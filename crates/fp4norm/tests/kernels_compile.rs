@@ -59,11 +59,14 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         let split = KernelConfig {
             swizzle_split: cfg.swizzled && cfg.aligned,
             swizzle_keep: false,
+            swizzle_demote_tiles: 0,
             ..cfg
         };
+        // (With the demotion of complete tiles that large calls add, at a typical distance.)
         let keep = KernelConfig {
             swizzle_split: false,
             swizzle_keep: cfg.swizzled && cfg.aligned,
+            swizzle_demote_tiles: if cfg.swizzled && cfg.aligned { 5 } else { 0 },
             ..cfg
         };
         for c in [cfg, split, keep] {

@@ -109,6 +109,18 @@ pub(crate) fn swizzle_keep() -> Option<bool> {
     )
 }
 
+/// `FP4NORM_SWIZZLE_DEMOTE=0|1`: kept swizzled words left evict-last to the end (0) or
+/// handed back to L2's normal eviction once their tile is complete (1, the default).
+pub(crate) fn swizzle_demote() -> Option<bool> {
+    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
+    switch_knob_once(
+        &KNOB,
+        "FP4NORM_SWIZZLE_DEMOTE",
+        "kept swizzled words demoted once their tile is complete",
+        "kept swizzled words left evict-last to the end of the call",
+    )
+}
+
 /// `FP4NORM_SWIZZLE_PAD_SPREAD=0|1`: the zero scales of the swizzled layout's padding rows
 /// written by the CTAs of the call's rows (1) or by CTAs of their own (0).
 pub(crate) fn swizzle_pad_spread() -> Option<bool> {

@@ -2,7 +2,8 @@
 //! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
 use super::launch_table::{
-    launch_shape, shape_fits, swizzle_keep_wanted, swizzle_pad_spread_wanted, swizzle_split_wanted,
+    launch_shape, shape_fits, swizzle_demote_tiles, swizzle_keep_wanted, swizzle_pad_spread_wanted,
+    swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -91,6 +92,10 @@ pub struct KernelConfig {
     /// (`FP4_SWZ_PAD_SPREAD`, see `swizzle_pad_spread_wanted`); only for a direct swizzled
     /// write. Defined only when set, so the usual source, and its cubins, are unchanged.
     pub swizzle_pad_spread: bool,
+    /// Kept swizzled words handed back to L2's normal eviction this many 128-row tiles
+    /// behind each row (`FP4_SWZ_DEMOTE_TILES`, see `swizzle_demote_tiles`; 0: never);
+    /// only with `swizzle_keep`. Defined only when nonzero, so other cubins are unchanged.
+    pub swizzle_demote_tiles: u32,
 }
 
 impl KernelConfig {
@@ -107,10 +112,8 @@ impl KernelConfig {
         let (g, r, c) = launch_shape(p.h, p.block(), p.m, p.dtype, limits);
         // The swizzle pass moves 4-byte words: only for the vector kernel, whose
         // `aligned` implies 4-byte aligned scale pointers (any alignment is allowed).
-        let swizzle_split = p.layout.has_swizzled()
-            && aligned
-            && swizzle_split_wanted(p.m, p.h, p.block(), clusters);
-        KernelConfig {
+        let swizzle_split = p.layout.has_swizzled() && aligned && swizzle_split_wanted(clusters);
+        let mut cfg = KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,
             h: p.h,
@@ -142,7 +145,10 @@ impl KernelConfig {
             swizzle_pad_spread: p.layout.has_swizzled()
                 && !swizzle_split
                 && swizzle_pad_spread_wanted(),
-        }
+            swizzle_demote_tiles: 0,
+        };
+        cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, limits);
+        cfg
     }
 
     /// Replaces the launch shape (threads per row, rows per CTA, CTAs per row) with `shape`
@@ -152,6 +158,8 @@ impl KernelConfig {
         let fits = shape_fits(self.h, self.block, shape, limits);
         if fits {
             (self.threads_per_row, self.rows_per_cta, self.cluster) = shape;
+            // The wave, and so the distance, changes with the shape.
+            self.swizzle_demote_tiles = swizzle_demote_tiles(self, limits);
         }
         fits
     }
@@ -194,6 +202,7 @@ impl KernelConfig {
             swizzle_split: false,
             swizzle_keep: false,
             swizzle_pad_spread: false,
+            swizzle_demote_tiles: 0,
         }
     }
 
@@ -265,6 +274,10 @@ impl KernelConfig {
             "#define FP4_SWZ_PAD_SPREAD 1\n"
         } else {
             ""
+        } + &if self.swizzle_demote_tiles > 0 {
+            format!("#define FP4_SWZ_DEMOTE_TILES {}\n", self.swizzle_demote_tiles)
+        } else {
+            String::new()
         }
     }
 
@@ -312,7 +325,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} wbias={} literal={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={} swz_pad_spread={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} wbias={} literal={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={} swz_pad_spread={} swz_demote={}",
             self.kind,
             self.dtype,
             self.h,
@@ -334,7 +347,8 @@ impl KernelConfig {
             self.aligned,
             self.swizzle_split,
             self.swizzle_keep,
-            self.swizzle_pad_spread
+            self.swizzle_pad_spread,
+            self.swizzle_demote_tiles
         )
     }
 }

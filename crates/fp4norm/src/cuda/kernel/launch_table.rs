@@ -165,16 +165,15 @@ pub fn shape_fits(h: usize, block: usize, shape: (u32, u32, u32), limits: &Devic
         && (c == 1 || (r == 1 && nv % c == 0 && (nv / c) % (4 * vpb) == 0))
 }
 
-/// Whether a call of `m` rows of `h` elements in blocks of `block` writes its swizzled
-/// scales in two kernels (the fused kernel staging codes with coalesced stores kept in L2,
-/// then the swizzle pass; `FP4_SWZ_SPLIT` in the kernel source), on GPUs with programmatic
-/// dependent launch (sm_90+) to overlap the second launch: from 8192 rows and 8 MiB of
-/// scales. Below, the direct write (its words kept in L2, [`swizzle_keep_wanted`]) is as
-/// fast or faster, and at fewer rows the second launch's latency dominates. The knob
-/// `FP4NORM_SWIZZLE_SPLIT` overrides the rule.
-pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool) -> bool {
-    let scale_bytes = m.saturating_mul(h / block.max(1));
-    knobs::swizzle_split().unwrap_or(pdl_capable && m >= 8192 && scale_bytes >= 8 << 20)
+/// Whether a call writes its swizzled scales in two kernels (the fused kernel staging
+/// codes with coalesced stores kept in L2, then the swizzle pass; `FP4_SWZ_SPLIT` in the
+/// kernel source): never by default. Its staged codes stay in L2 until the whole call is
+/// done, a third of the L2 at 16 MiB of scales, which the L2 prefetch needs: the direct
+/// write with its words handed back to L2 once their tile is complete
+/// ([`swizzle_demote_tiles`]) is faster at every size measured. The knob
+/// `FP4NORM_SWIZZLE_SPLIT=1` (on GPUs with programmatic dependent launch) still selects it.
+pub fn swizzle_split_wanted(pdl_capable: bool) -> bool {
+    pdl_capable && knobs::swizzle_split().unwrap_or(false)
 }
 
 /// Whether the direct swizzled write of a call of `m` rows of `h` stores its 4-byte words
@@ -185,6 +184,25 @@ pub fn swizzle_split_wanted(m: usize, h: usize, block: usize, pdl_capable: bool)
 /// policy costs more than it saves. The knob `FP4NORM_SWIZZLE_KEEP` overrides the rule.
 pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
     knobs::swizzle_keep().unwrap_or(m.saturating_mul(h) >= 1 << 24)
+}
+
+/// How many 128-row tiles behind its own row a CTA of a direct swizzled write with kept
+/// words ([`swizzle_keep_wanted`]) hands a share of the kept words back to L2's normal
+/// eviction (`FP4_SWZ_DEMOTE_TILES`; 0: never): one resident wave of rows, in tiles, plus
+/// two, so that the tile is complete (every sector full) when its lines are demoted.
+/// Evict-last lines otherwise stay for the rest of the call, and beyond, crowding out the
+/// L2 prefetch: 16 MiB at 16384 x 16384 NVFP4. The knob `FP4NORM_SWIZZLE_DEMOTE=0` turns
+/// it off.
+pub fn swizzle_demote_tiles(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
+    if !cfg.swizzle_keep
+        || cfg.kind != KernelKind::Fused
+        || !knobs::swizzle_demote().unwrap_or(true)
+    {
+        return 0;
+    }
+    let wave = limits.sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
+        / cfg.cluster.max(1) as u64;
+    u32::try_from(wave.div_ceil(128) + 2).unwrap_or(u32::MAX)
 }
 
 /// Whether the direct swizzled write zeroes the padding rows of the last 128-row tile
@@ -256,17 +274,53 @@ mod tests {
     };
 
     #[test]
-    fn swizzled_writes_split_only_for_many_rows_and_8_mib_of_scales() {
+    fn swizzled_writes_are_direct_unless_the_knob_splits_them() {
         if std::env::var_os("FP4NORM_SWIZZLE_SPLIT").is_some() {
-            return; // the knob overrides the table
+            return; // the knob overrides the rule
         }
-        assert!(!swizzle_split_wanted(16384, 4096, 16, true)); // 4 MiB of scales
-        assert!(!swizzle_split_wanted(8192, 4096, 16, true));
-        assert!(!swizzle_split_wanted(16384, 8192, 32, true)); // 4 MiB
-        assert!(swizzle_split_wanted(16384, 8192, 16, true)); // 8 MiB
-        assert!(swizzle_split_wanted(16384, 16384, 32, true));
-        assert!(!swizzle_split_wanted(4096, 32768, 16, true)); // 8 MiB but few rows
-        assert!(!swizzle_split_wanted(16384, 8192, 16, false));
+        assert!(!swizzle_split_wanted(true));
+        assert!(!swizzle_split_wanted(false));
+    }
+
+    #[test]
+    fn kept_words_are_demoted_a_wave_and_two_tiles_behind() {
+        if std::env::var_os("FP4NORM_SWIZZLE_DEMOTE").is_some()
+            || std::env::var_os("FP4NORM_SWIZZLE_KEEP").is_some()
+            || std::env::var_os("FP4NORM_SWIZZLE_SPLIT").is_some()
+        {
+            return; // knobs override the rule
+        }
+        let opts = crate::Options::nvfp4();
+        let cfg = |m: usize, h: usize, layout: crate::ScaleLayout| {
+            let p = crate::Problem::new(m, h, crate::DType::BF16, layout, &opts).expect("valid");
+            KernelConfig::fused(&p, GsMode::Uniform, true, false, &H200)
+        };
+        // 16384 x 16384: one CTA of 512 per row, two per SM: 264 rows a wave, 3 tiles + 2.
+        let c = cfg(16384, 16384, crate::ScaleLayout::Swizzled);
+        assert!(c.swizzle_keep && !c.swizzle_split);
+        assert_eq!(c.swizzle_demote_tiles, 5, "{}", c.describe());
+        // Both layouts keep and demote too; row-major and small calls (no kept words) never.
+        assert!(cfg(16384, 16384, crate::ScaleLayout::Both).swizzle_demote_tiles > 0);
+        assert_eq!(
+            cfg(16384, 16384, crate::ScaleLayout::RowMajor).swizzle_demote_tiles,
+            0
+        );
+        assert_eq!(
+            cfg(1024, 4096, crate::ScaleLayout::Swizzled).swizzle_demote_tiles,
+            0
+        );
+        // Never closer than a resident wave of rows.
+        for (m, h) in [(4096, 4096), (16384, 2048), (8192, 8192), (4096, 32768)] {
+            let c = cfg(m, h, crate::ScaleLayout::Swizzled);
+            let wave =
+                H200.sm_count as u64 * resident_ctas_per_sm(&c) as u64 * c.rows_per_cta as u64
+                    / c.cluster as u64;
+            assert!(
+                u64::from(c.swizzle_demote_tiles) * 128 >= wave + 256,
+                "{}",
+                c.describe()
+            );
+        }
     }
 
     #[test]
