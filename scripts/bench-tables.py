@@ -705,6 +705,8 @@ def main():
     ap.add_argument("--cpu-machine", help="the CPU machine, in words")
     ap.add_argument("--cpu-date", help="the CPU run's date (default: --date)")
     ap.add_argument("--cpu-csv", help="write the CPU run's rows to this CSV")
+    ap.add_argument("--layouts-run", help="fp4norm bench --layout row-major,swizzled,both --json file [@COMMIT]: "
+                    "the layouts-by-size table alone")
     ap.add_argument("--update", help="the page whose bench-tables blocks are replaced")
     ap.add_argument("--main", help="report mode: the main table run")
     ap.add_argument("--peers")
@@ -718,8 +720,11 @@ def main():
         print(report_md(a))
     elif a.cpu:
         cpu_mode(a)
+    elif a.layouts_run:
+        layouts_mode(a)
     else:
-        ap.error("give --report (page mode), --main (report mode) or --cpu (the CPU table alone)")
+        ap.error("give --report (page mode), --main (report mode), --cpu (the CPU table alone) or "
+                 "--layouts-run (the layouts-by-size table alone)")
 
 
 def cpu_mode(a):
@@ -738,6 +743,42 @@ def cpu_mode(a):
         update(a.update, blocks)
     else:
         print("\n".join(blocks["cpu"]))
+
+
+def layouts_block(run, commit):
+    """Every M x H of one bench run by layout: % of the same-run copy, NVFP4 / MXFP4, and the
+    swizzled and both layouts' time against row-major's."""
+    rows = index(run)
+    out = [f"{run['device_description']}, commit {commit}, copy {run['copy']['gb_per_s']:.1f} GB/s (same run). "
+           "Cells NVFP4 / MXFP4: % of copy; in brackets the time against row-major's.", "",
+           "| M × H | dtype | row-major | swizzled | both |", "|---|---|---|---|---|"]
+    for m, h, dt in sorted({(k[0], k[1], k[2]) for k in rows}):
+        rm = [rows.get((m, h, dt, f, "row-major", False)) for f in FORMATS]
+
+        def cell(lay):
+            rs = [rows.get((m, h, dt, f, lay, False)) for f in FORMATS]
+            if None in rs:
+                return "-"
+            text = " / ".join(f"{pct(run, r):.1f}" for r in rs)
+            if lay != "row-major" and None not in rm:
+                text += " (" + " / ".join(f"{100 * (r['graph_us'] / b['graph_us'] - 1):+.1f} %" for r, b in zip(rs, rm)) + ")"
+            return text
+
+        out.append(f"| {m} × {h} | {dt} | {cell('row-major')} | {cell('swizzled')} | {cell('both')} |")
+    checks = {r["check"] for r in run["rows"]}
+    out += ["", "Every row checked against the reference: " + ("yes" if checks == {"ok"} else f"no ({sorted(checks)})")]
+    return out
+
+
+def layouts_mode(a):
+    path, commit = split_commit(a.layouts_run, a.commit)
+    if not commit:
+        sys.exit("--layouts-run needs a commit: --layouts-run FILE@COMMIT or --commit")
+    blocks = {"layouts-by-size": layouts_block(load(path), commit)}
+    if a.update:
+        update(a.update, blocks)
+    else:
+        print("\n".join(blocks["layouts-by-size"]))
 
 
 if __name__ == "__main__":

@@ -234,10 +234,12 @@ pub(crate) unsafe fn launch_fused(
     // Rows the fused kernel covers: with directly written swizzled scales, the padding rows
     // of the last 128-row tile too (it zeroes their scales); a split write's swizzle pass
     // zeroes them instead.
-    let rows_total = if p.layout.has_swizzled() && !cfg.swizzle_split && !cfg.swizzle_pad_spread {
-        swizzled_rows(p.m)
-    } else {
+    let rows_total = if !p.layout.has_swizzled() || cfg.swizzle_split {
         p.m
+    } else if cfg.swizzle_pad_spread {
+        p.m + kernel::swizzle_pad_slots(&cfg, p.m, p.n_blocks())
+    } else {
+        swizzled_rows(p.m)
     };
     let (rm, sw) = c.scales.split();
     let (rm, sw) = (rm.map_or(0, |b| b.ptr), sw.map_or(0, |b| b.ptr));

@@ -2,8 +2,8 @@
 //! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
 use super::launch_table::{
-    launch_shape, shape_fits, swizzle_demote_tiles, swizzle_keep_wanted, swizzle_pad_spread_wanted,
-    swizzle_split_wanted,
+    demote_distance, launch_shape, shape_fits, swizzle_demote_tiles, swizzle_keep_wanted,
+    swizzle_pad_spread_wanted, swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -147,7 +147,7 @@ impl KernelConfig {
                 && swizzle_pad_spread_wanted(),
             swizzle_demote_tiles: 0,
         };
-        cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, limits);
+        cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
         cfg
     }
 
@@ -158,8 +158,10 @@ impl KernelConfig {
         let fits = shape_fits(self.h, self.block, shape, limits);
         if fits {
             (self.threads_per_row, self.rows_per_cta, self.cluster) = shape;
-            // The wave, and so the distance, changes with the shape.
-            self.swizzle_demote_tiles = swizzle_demote_tiles(self, limits);
+            // The wave, and so the demotion's distance, changes with the shape.
+            if self.swizzle_demote_tiles > 0 {
+                self.swizzle_demote_tiles = demote_distance(self, limits);
+            }
         }
         fits
     }

@@ -189,29 +189,54 @@ pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
 /// How many 128-row tiles behind its own row a CTA of a direct swizzled write with kept
 /// words ([`swizzle_keep_wanted`]) hands a share of the kept words back to L2's normal
 /// eviction (`FP4_SWZ_DEMOTE_TILES`; 0: never): one resident wave of rows, in tiles, plus
-/// two, so that the tile is complete (every sector full) when its lines are demoted.
-/// Evict-last lines otherwise stay for the rest of the call, and beyond, crowding out the
-/// L2 prefetch: 16 MiB at 16384 x 16384 NVFP4. The knob `FP4NORM_SWIZZLE_DEMOTE=0` turns
-/// it off.
-pub fn swizzle_demote_tiles(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
-    if !cfg.swizzle_keep
-        || cfg.kind != KernelKind::Fused
-        || !knobs::swizzle_demote().unwrap_or(true)
-    {
+/// two ([`demote_distance`]), so that the tile is complete (every sector full) when its
+/// lines are demoted. Only where the call's scales take an eighth of the L2 or more:
+/// evict-last lines otherwise stay for the rest of the call, and beyond, crowding out the
+/// L2 prefetch (16 MiB at 16384 x 16384 NVFP4); smaller, they cost the prefetch little and,
+/// left in L2, take the next call's rewrite of the same buffer without a trip to DRAM. The
+/// knob `FP4NORM_SWIZZLE_DEMOTE=0|1` turns it off, or on wherever words are kept.
+pub fn swizzle_demote_tiles(cfg: &KernelConfig, m: usize, limits: &DeviceLimits) -> u32 {
+    if !cfg.swizzle_keep || cfg.kind != KernelKind::Fused {
         return 0;
     }
+    let scale_bytes = m as u64 * (cfg.h / cfg.block.max(1)) as u64;
+    if !knobs::swizzle_demote().unwrap_or(scale_bytes * 8 >= limits.l2_bytes) {
+        return 0;
+    }
+    demote_distance(cfg, limits)
+}
+
+/// One resident wave of `cfg`'s rows on a device with `limits`, in 128-row tiles, plus two:
+/// the distance of [`swizzle_demote_tiles`].
+pub fn demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
     let wave = limits.sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
         / cfg.cluster.max(1) as u64;
     u32::try_from(wave.div_ceil(128) + 2).unwrap_or(u32::MAX)
 }
 
 /// Whether the direct swizzled write zeroes the padding rows of the last 128-row tile
-/// from the CTAs of the call's own rows, spread over all their threads
-/// (`FP4_SWZ_PAD_SPREAD`), rather than from CTAs launched for the padding rows, which at
-/// decode sizes are most of the grid (127 rows' CTAs for one row). Off until measured on a
-/// GPU; the knob `FP4NORM_SWIZZLE_PAD_SPREAD` turns it on. The bytes are the same.
+/// from a few padding slots launched after the call's rows, each thread a share of the
+/// words (`FP4_SWZ_PAD_SPREAD`, [`swizzle_pad_slots`]), rather than from one slot per
+/// padding row, which at decode sizes are most of the grid (127 rows' CTAs, or clusters,
+/// for one row). Off until measured on a GPU; the knob `FP4NORM_SWIZZLE_PAD_SPREAD` turns
+/// it on. The bytes are the same.
 pub fn swizzle_pad_spread_wanted() -> bool {
     knobs::swizzle_pad_spread().unwrap_or(false)
+}
+
+/// The padding slots (row slots after the call's `m` rows) that zero the swizzled padding
+/// when it is spread ([`swizzle_pad_spread_wanted`]): enough for at most eight words (or,
+/// unaligned, bytes) per thread, at least one where there is padding, never more than the
+/// padding rows.
+pub fn swizzle_pad_slots(cfg: &KernelConfig, m: usize, n_blocks: usize) -> usize {
+    let pad_rows = crate::layout::swizzled_rows(m) - m;
+    if pad_rows == 0 {
+        return 0;
+    }
+    let nk4 = crate::layout::swizzled_col_tiles(n_blocks) * 4;
+    let units = pad_rows * if cfg.aligned { nk4 / 4 } else { nk4 };
+    let threads_per_slot = (cfg.cluster.max(1) * cfg.threads_per_row.max(1)) as usize;
+    units.div_ceil(threads_per_slot * 8).clamp(1, pad_rows)
 }
 
 /// Resident CTAs per SM of an aligned fused kernel: the minimum its launch bound asks for
@@ -283,6 +308,45 @@ mod tests {
     }
 
     #[test]
+    fn padding_slots_give_each_thread_at_most_eight_words() {
+        let opts = crate::Options::nvfp4();
+        for (m, h) in [
+            (1usize, 4096usize),
+            (1, 8192),
+            (16, 64),
+            (100, 32768),
+            (127, 16),
+            (128, 4096),
+            (129, 2048),
+        ] {
+            let p = crate::Problem::new(
+                m,
+                h,
+                crate::DType::BF16,
+                crate::ScaleLayout::Swizzled,
+                &opts,
+            )
+            .expect("valid");
+            for aligned in [true, false] {
+                let c = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, &H200);
+                let slots = swizzle_pad_slots(&c, m, p.n_blocks());
+                let pad_rows = crate::layout::swizzled_rows(m) - m;
+                let nk4 = crate::layout::swizzled_col_tiles(p.n_blocks()) * 4;
+                let units = pad_rows * if aligned { nk4 / 4 } else { nk4 };
+                let threads = (c.cluster * c.threads_per_row) as usize;
+                assert!(slots <= pad_rows, "{m} x {h}");
+                assert_eq!(slots == 0, pad_rows == 0, "{m} x {h}");
+                if slots > 0 && slots < pad_rows {
+                    assert!(
+                        units <= slots * threads * 8,
+                        "{m} x {h}: {units} units, {slots} slots"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn kept_words_are_demoted_a_wave_and_two_tiles_behind() {
         if std::env::var_os("FP4NORM_SWIZZLE_DEMOTE").is_some()
             || std::env::var_os("FP4NORM_SWIZZLE_KEEP").is_some()
@@ -309,8 +373,18 @@ mod tests {
             cfg(1024, 4096, crate::ScaleLayout::Swizzled).swizzle_demote_tiles,
             0
         );
+        // Kept words, but 4 MiB of scales, under an eighth of the H200's L2: left kept.
+        assert!(cfg(16384, 4096, crate::ScaleLayout::Swizzled).swizzle_keep);
+        assert_eq!(
+            cfg(16384, 4096, crate::ScaleLayout::Swizzled).swizzle_demote_tiles,
+            0
+        );
+        assert_eq!(
+            cfg(8192, 8192, crate::ScaleLayout::Swizzled).swizzle_demote_tiles,
+            0
+        );
         // Never closer than a resident wave of rows.
-        for (m, h) in [(4096, 4096), (16384, 2048), (8192, 8192), (4096, 32768)] {
+        for (m, h) in [(16384, 8192), (8192, 16384), (4096, 32768), (16384, 32768)] {
             let c = cfg(m, h, crate::ScaleLayout::Swizzled);
             let wave =
                 H200.sm_count as u64 * resident_ctas_per_sm(&c) as u64 * c.rows_per_cta as u64

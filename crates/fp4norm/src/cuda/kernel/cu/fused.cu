@@ -486,26 +486,26 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float r
 }
 
 #if FP4_SWIZZLED && !FP4_SWZ_SPLIT && defined(FP4_SWZ_PAD_SPREAD)
-// Rows m..Mp of the last 128-row tile (all in that tile), their scales zero, spread over
-// every thread of the grid, which covers the call's rows only. Four blocks of a row are
-// four consecutive bytes: one word where the buffer is 4-byte aligned (FP4_VEC_ALIGNED).
-// Not inlined, so that it runs on the registers the row's work has released (inlined,
-// ptxas hoists its address arithmetic and kernels under a tight launch bound spill).
-__device__ __noinline__ void zero_swizzled_padding(u8* sf_swizzled, i64 m) {
+// Rows m..Mp of the last 128-row tile (all in that tile), their scales zero, shared by the
+// `n` threads of the few padding slots the host launches after the call's rows (thread `t`
+// of them here): a handful of words each, beside the rows' CTAs rather than 127 rows' CTAs
+// at M = 1. Four blocks of a row are four consecutive bytes: one word where the buffer is
+// 4-byte aligned (FP4_VEC_ALIGNED). Not inlined, so that it runs on the registers the
+// row's work leaves (inlined, ptxas hoists its address arithmetic and kernels under a tight
+// launch bound spill).
+__device__ __noinline__ void zero_swizzled_padding(u8* sf_swizzled, i64 m, i64 t, i64 n) {
     const int first = (int)(m & 127);
     if (first == 0) return;  // m a multiple of 128: no padding rows
     u8* tile = sf_swizzled + (m >> 7) * (i64)(NK4 / 4) * 512;
-    const i64 start = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    const i64 step = (i64)gridDim.x * blockDim.x;
 #if FP4_VEC_ALIGNED
-    const int n = (128 - first) * (NK4 / 4);
-    for (i64 w = start; w < n; w += step) {
+    const int words = (128 - first) * (NK4 / 4);
+    for (i64 w = t; w < words; w += n) {
         const int r = first + (int)w / (NK4 / 4), k = (int)w % (NK4 / 4);
         *reinterpret_cast<u32*>(tile + k * 512 + (r & 31) * 16 + (r >> 5) * 4) = 0u;
     }
 #else
-    const int n = (128 - first) * NK4;
-    for (i64 i = start; i < n; i += step) {
+    const int bytes = (128 - first) * NK4;
+    for (i64 i = t; i < bytes; i += n) {
         const int r = first + (int)i / NK4, b = (int)i % NK4;
         tile[(b >> 2) * 512 + (r & 31) * 16 + (r >> 5) * 4 + (b & 3)] = 0;
     }
@@ -753,13 +753,15 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             // Rows m..Mp of the last 128-row tile: scale padding, written as zero.
             for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
         }
+#elif FP4_SWIZZLED && !FP4_SWZ_SPLIT
+        else if (row < p.rows_total) {
+            // A padding slot (row - m of rows_total - m): its share of the padding words.
+            zero_swizzled_padding(p.sf_swizzled, p.m, ((row - p.m) * FP4_C + at.rank) * FP4_G + lane,
+                                  (p.rows_total - p.m) * (FP4_C * FP4_G));
+        }
 #endif
         if (any_undecided) {
             exact_sum_redo(&p, rstd, gs, live, mine_undecided);
         }
     }
-#if FP4_SWIZZLED && !FP4_SWZ_SPLIT && defined(FP4_SWZ_PAD_SPREAD)
-    // After griddepcontrol.wait above: a kernel before this one may still read the buffer.
-    zero_swizzled_padding(p.sf_swizzled, p.m);
-#endif
 }
