@@ -513,6 +513,22 @@ __device__ __noinline__ void zero_swizzled_padding(u8* sf_swizzled, i64 m, i64 t
 }
 #endif
 
+#if defined(FP4_SWZ_DEMOTE_TILES) && FP4_SWIZZLED && !FP4_SWZ_SPLIT && FP4_SWZ_KEEP && FP4_VEC_ALIGNED
+// The kept words of the tile FP4_SWZ_DEMOTE_TILES behind `row`'s (complete: a resident wave
+// and more ago) go back to L2's normal eviction, this row's share of the tile's 128-byte
+// lines; else they stay evict-last for the rest of the call and crowd out the prefetch
+// (launch_table.rs, swizzle_demote_tiles). A hint only. Not inlined, so that it runs on the
+// registers the row's work leaves (inlined, kernels under a tight launch bound spill).
+__device__ __noinline__ void demote_kept_tile(const u8* sf_swizzled, i64 row, int lane) {
+    const u64 tile0 = (u64)(sf_swizzled + ((row >> 7) - FP4_SWZ_DEMOTE_TILES) * (i64)(128 * NK4));
+    const u64 tile1 = tile0 + 128 * (u64)NK4;
+    for (u64 a = ((tile0 + 127) & ~(u64)127) + 128 * (u64)((row & 127) + 128 * lane); a + 128 <= tile1;
+         a += 128 * 128 * (u64)FP4_G) {
+        asm volatile("applypriority.global.L2::evict_normal [%0], 128;" :: "l"(a) : "memory");
+    }
+}
+#endif
+
 // The launch bound's minimum of resident CTAs per SM: decided by the host
 // (KernelConfig::min_ctas_per_sm, src/cuda/kernel/config.rs), which also sizes the L2
 // prefetch's resident wave from it.
@@ -734,18 +750,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, nullptr);
 #endif
 #if defined(FP4_SWZ_DEMOTE_TILES) && FP4_SWIZZLED && !FP4_SWZ_SPLIT && FP4_SWZ_KEEP && FP4_VEC_ALIGNED
-            // The kept words of the tile FP4_SWZ_DEMOTE_TILES behind (complete: a resident
-            // wave and more ago) go back to L2's normal eviction, a share of the tile's
-            // 128-byte lines per row; else they stay evict-last for the rest of the call and
-            // crowd out the prefetch (launch_table.rs, swizzle_demote_tiles). A hint only.
-            if (v0 == 0 && row >= 128 * (i64)FP4_SWZ_DEMOTE_TILES) {
-                const u64 tile0 = (u64)(p.sf_swizzled + ((row >> 7) - FP4_SWZ_DEMOTE_TILES) * (i64)(128 * NK4));
-                const u64 tile1 = tile0 + 128 * (u64)NK4;
-                for (u64 a = ((tile0 + 127) & ~(u64)127) + 128 * (u64)((row & 127) + 128 * lane); a + 128 <= tile1;
-                     a += 128 * 128 * (u64)FP4_G) {
-                    asm volatile("applypriority.global.L2::evict_normal [%0], 128;" :: "l"(a) : "memory");
-                }
-            }
+            if (v0 == 0 && row >= 128 * (i64)FP4_SWZ_DEMOTE_TILES) demote_kept_tile(p.sf_swizzled, row, lane);
 #endif
         }
 #if FP4_SWIZZLED && !FP4_SWZ_SPLIT && !defined(FP4_SWZ_PAD_SPREAD)
