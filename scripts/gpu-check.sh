@@ -61,6 +61,12 @@ if has tests && [ "${TESTS_EXTRA:-1}" != 0 ]; then
   FP4NORM_SWIZZLE_PAD_SPREAD=1 "$bin/gpu" --test-threads=3 gpu_sweep_bf16 gpu_edge_cases > "$out/gpu-tests-padspread.log" 2>&1
   grep -E "^FAIL|panicked" "$out/gpu-tests-padspread.log" | head -20
   summary+=("tests, swizzled padding spread forced: $(grep 'test result' "$out/gpu-tests-padspread.log" | tail -1) ($(( $(date +%s) - start ))s)")
+  # The demotion of kept swizzled words runs only past a resident wave of rows, past every
+  # sweep case: checked bench rows of 2048 rows with it forced (every row against the
+  # reference).
+  start=$(date +%s)
+  FP4NORM_SWIZZLE_DEMOTE=1 "$bin/fp4norm" bench --device cuda --m 2048 --h 8192,16384 --layout swizzled,both --format nvfp4,mxfp4 --copy-mib 64 > "$out/demote-check.log" 2>&1
+  summary+=("bench rows with the kept words' demotion forced, checked: $(tail -1 "$out/demote-check.log") ($(( $(date +%s) - start ))s)")
   # The L2 prefetch runs only from 2^25 elements, past every sweep case: the sweeps, edge
   # cases and many-row shapes again with every row prefetching the next one (its addresses
   # in every kernel).
