@@ -232,8 +232,9 @@ pub(crate) unsafe fn launch_fused(
     let (gs, gs_ptr) = gs_mode(global_scale);
     let cfg = gpu.config(&p, gs, aligned);
     // Rows the fused kernel covers: with directly written swizzled scales, the padding rows
-    // of the last 128-row tile too (it zeroes their scales); a split write's swizzle pass
-    // zeroes them instead.
+    // of the last 128-row tile too (it zeroes their scales), or with the padding spread a
+    // few padding slots that share that work; a split write's swizzle pass zeroes them
+    // instead.
     let rows_total = if !p.layout.has_swizzled() || cfg.swizzle_split {
         p.m
     } else if cfg.swizzle_pad_spread {

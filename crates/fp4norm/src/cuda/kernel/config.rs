@@ -88,7 +88,7 @@ pub struct KernelConfig {
     /// The direct swizzled write's 4-byte words stored with an L2 evict-last policy (see
     /// `swizzle_keep_wanted`); only where `swizzled && aligned && !swizzle_split`.
     pub swizzle_keep: bool,
-    /// The swizzled padding rows zeroed by the CTAs of the call's rows
+    /// The swizzled padding rows zeroed by a few padding slots after the call's rows
     /// (`FP4_SWZ_PAD_SPREAD`, see `swizzle_pad_spread_wanted`); only for a direct swizzled
     /// write. Defined only when set, so the usual source, and its cubins, are unchanged.
     pub swizzle_pad_spread: bool,
