@@ -45,6 +45,10 @@ if has tests; then
   start=$(date +%s)
   "$bin/gpu" --test-threads=3 --nocapture 2>&1 | tee "$out/gpu-tests.log" | grep -E "^(FAIL|GPU:|FP4NORM_SEED|test |graph|[0-9]+ cases)|test result|panicked" | head -80
   summary+=("tests: $(grep 'test result' "$out/gpu-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
+  echo "== FP8 GPU tests (byte-exact against the reference)"
+  start=$(date +%s)
+  "$bin/gpu_fp8" --test-threads=2 --nocapture 2>&1 | tee "$out/gpu-fp8-tests.log" | grep -E "^(FAIL|GPU:|FP4NORM_SEED|test |FP8)|test result|panicked" | head -60
+  summary+=("FP8 tests: $(grep 'test result' "$out/gpu-fp8-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
 fi
 # TESTS_EXTRA=0 leaves out the reruns with knobs forced (for runs after host-side changes
 # only, where the kernels' machine code is unchanged).

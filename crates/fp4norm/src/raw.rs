@@ -181,14 +181,14 @@ pub struct Checked {
 
 /// `elems · size` in bytes, refused past `isize::MAX`: no allocation is that large, slices
 /// require it, and a wrapped product would make the overlap check compare wrong ranges.
-fn byte_len(elems: usize, size: usize) -> Result<usize, Error> {
+pub(crate) fn byte_len(elems: usize, size: usize) -> Result<usize, Error> {
     elems
         .checked_mul(size)
         .filter(|&b| b <= isize::MAX as usize)
         .ok_or(Error::SizeOverflow)
 }
 
-fn check_ptr(name: &'static str, ptr: u64, align: usize) -> Result<(), Error> {
+pub(crate) fn check_ptr(name: &'static str, ptr: u64, align: usize) -> Result<(), Error> {
     if ptr == 0 {
         return Err(Error::NullPointer { name });
     }
@@ -218,7 +218,7 @@ pub(crate) fn check_overlaps(ranges: &[Range]) -> Result<(), Error> {
     Ok(())
 }
 
-fn check_mat(
+pub(crate) fn check_mat(
     name: &'static str,
     mat: &RawMat,
     rows: usize,
@@ -569,7 +569,7 @@ pub enum HostEngine {
 /// # Safety
 /// `ptr` must address `len` readable, initialised `T` (when `len > 0`), not written
 /// through another path while the slice lives.
-unsafe fn host_slice<'a, T>(ptr: u64, len: usize) -> &'a [T] {
+pub(crate) unsafe fn host_slice<'a, T>(ptr: u64, len: usize) -> &'a [T] {
     if len == 0 {
         return &[];
     }
@@ -582,7 +582,7 @@ unsafe fn host_slice<'a, T>(ptr: u64, len: usize) -> &'a [T] {
 ///
 /// # Safety
 /// As [`host_slice`], writable, and overlapping no other slice of the call (validated).
-unsafe fn host_slice_mut<'a, T>(ptr: u64, len: usize) -> &'a mut [T] {
+pub(crate) unsafe fn host_slice_mut<'a, T>(ptr: u64, len: usize) -> &'a mut [T] {
     if len == 0 {
         return &mut [];
     }
@@ -592,7 +592,7 @@ unsafe fn host_slice_mut<'a, T>(ptr: u64, len: usize) -> &'a mut [T] {
 
 /// # Safety
 /// As [`host_slice`], for the matrix's extent.
-unsafe fn host_mat<'a, T>(m: &RawMat) -> Result<MatRef<'a, T>, Error> {
+pub(crate) unsafe fn host_mat<'a, T>(m: &RawMat) -> Result<MatRef<'a, T>, Error> {
     let n = m.extent("input")?;
     // SAFETY: forwarded.
     MatRef::with_stride(
@@ -605,7 +605,7 @@ unsafe fn host_mat<'a, T>(m: &RawMat) -> Result<MatRef<'a, T>, Error> {
 
 /// # Safety
 /// As [`host_slice_mut`], for the matrix's extent.
-unsafe fn host_mat_mut<'a, T>(m: &RawMat) -> Result<MatMut<'a, T>, Error> {
+pub(crate) unsafe fn host_mat_mut<'a, T>(m: &RawMat) -> Result<MatMut<'a, T>, Error> {
     let n = m.extent("output")?;
     // SAFETY: forwarded.
     MatMut::with_stride(

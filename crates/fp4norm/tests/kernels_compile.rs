@@ -161,6 +161,26 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             }
         }
     }
+    // The FP8 kernels of the GPU tests (tests/gpu_fp8.rs), and their literal-encoder
+    // variants on the cases that test runs on that path.
+    for (i, c) in sweep::fp8::fp8_cases().iter().enumerate() {
+        let mut cfg = c.config(&PLAN);
+        cfg.hw_canonical_nan = !hw_e2m1;
+        let literal = KernelConfig {
+            literal_codecs: true,
+            hw_canonical_nan: false,
+            ..cfg
+        };
+        let with_literal = i % sweep::fp8::LITERAL_EVERY == 0;
+        for k in [Some(cfg), with_literal.then_some(literal)]
+            .into_iter()
+            .flatten()
+        {
+            if seen.insert(k.describe()) {
+                out.push(k);
+            }
+        }
+    }
     // The bench's copy yardstick and the GPU tests' codec self-check.
     out.push(KernelConfig::shapeless(KernelKind::Copy));
     out.push(KernelConfig::shapeless(KernelKind::CodecCheck));

@@ -19,6 +19,16 @@ pub fn config(gpu: &Gpu, problem: &Problem, gs: GsMode, aligned: bool) -> Kernel
     gpu.config(problem, gs, aligned)
 }
 
+/// The kernel specialisation an FP8 call with these parameters uses on `gpu`.
+pub fn fp8_config(
+    gpu: &Gpu,
+    problem: &crate::fp8::Fp8Problem,
+    scale_in_memory: bool,
+    aligned: bool,
+) -> KernelConfig {
+    gpu.fp8_config(problem, scale_in_memory, aligned)
+}
+
 /// `gpu` with every fused call's launch shape forced where it fits (`None`: the launch
 /// table's), as `FP4NORM_TUNE_SHAPE` does: for testing at small sizes the shapes the
 /// table picks only for large calls.

@@ -105,6 +105,11 @@ pub struct CodecSelfCheck {
     pub ue8m0_code_mismatches: u64,
     /// The lowest such input.
     pub ue8m0_code_first: Option<u32>,
+    /// Inputs whose FP8 element codes (E4M3 or E5M2, the hardware pair conversions with
+    /// the NaN fix-up) differ from the literal encoders' (SPEC.md §8).
+    pub fp8_encode_mismatches: u64,
+    /// The lowest such input.
+    pub fp8_encode_first: Option<u32>,
 }
 
 impl CodecSelfCheck {
@@ -115,6 +120,7 @@ impl CodecSelfCheck {
             && self.e4m3_encode_mismatches == 0
             && self.e4m3_decode_mismatches == 0
             && self.ue8m0_code_mismatches == 0
+            && self.fp8_encode_mismatches == 0
     }
 }
 
@@ -424,6 +430,38 @@ impl Gpu {
         cfg
     }
 
+    /// The kernel specialisation an FP8 call uses on this device (`scale_in_memory`: a
+    /// per-tensor scale read from device memory).
+    pub(crate) fn fp8_config(
+        &self,
+        problem: &crate::fp8::Fp8Problem,
+        scale_in_memory: bool,
+        aligned: bool,
+    ) -> KernelConfig {
+        let mut cfg = KernelConfig::fp8(problem, scale_in_memory, aligned, &self.limits);
+        cfg.hw_canonical_nan = self.hw_canonical_nan;
+        if self.literal_codecs() {
+            cfg.literal_codecs = true;
+            cfg.hw_canonical_nan = false;
+        }
+        cfg.force_exact_sumsq = knobs::force_exact_sumsq();
+        cfg
+    }
+
+    /// Compiles and loads the kernel an FP8 call with these parameters will use, so that
+    /// the call itself can be captured in a CUDA graph.
+    pub fn prepare_fp8(
+        &self,
+        problem: &crate::fp8::Fp8Problem,
+        scale_in_memory: bool,
+        aligned: bool,
+    ) -> Result<(), Error> {
+        self.conversion_path()?;
+        let cfg = self.fp8_config(problem, scale_in_memory, aligned);
+        self.kernels.get(&self.ctx, &self.arch, &cfg)?;
+        Ok(())
+    }
+
     /// Compiles and loads the kernels a call with these parameters will use, so that the
     /// call itself can be captured in a CUDA graph.
     pub fn prepare(
@@ -468,6 +506,24 @@ impl Gpu {
     ) -> Result<(), Error> {
         // SAFETY: forwarded.
         unsafe { raw::launch_fused(self, stream, call, opts) }
+    }
+
+    /// Residual add + RMSNorm + FP8 quantisation (SPEC.md §8) on `stream`, over raw device
+    /// pointers: the FP8 sibling of [`Gpu::launch_raw_with`]. Checks every argument
+    /// ([`crate::fp8::RawFp8Call::validate`] and the device checks) before launching;
+    /// enqueues one kernel and returns without synchronising. A per-tensor scale given by
+    /// address is read by the kernel (graph-safe).
+    ///
+    /// # Safety
+    /// As for [`Gpu::launch_raw_with`].
+    pub unsafe fn launch_fp8_raw(
+        &self,
+        stream: sys::CUstream,
+        call: &crate::fp8::RawFp8Call,
+        opts: &LaunchOptions,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded.
+        unsafe { raw::launch_fused_fp8(self, stream, call, opts) }
     }
 
     /// Dequantisation (SPEC.md §4) over raw device pointers.
@@ -533,6 +589,8 @@ impl Gpu {
             e4m3_decode_first: first(r[5]),
             ue8m0_code_mismatches: r[7] as u64,
             ue8m0_code_first: first(r[8]),
+            fp8_encode_mismatches: r[9] as u64,
+            fp8_encode_first: first(r[10]),
         })
     }
 

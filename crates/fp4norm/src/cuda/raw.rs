@@ -45,6 +45,9 @@ struct FusedParams {
     /// Added to every weight; declared by the kernel only where it is nonzero
     /// (`FP4_WBIAS`): the driver copies the parameter size the kernel declares.
     weight_bias: f32,
+    /// The FP8 kernels' f32 scale floor and per-tensor scale value (declared only by them).
+    s_min: f32,
+    static_scale: f32,
 }
 
 /// Mirrors `struct Fp4SwizzleParams` in kernel/cu/swizzle.cu.
@@ -194,12 +197,18 @@ fn check_device(gpu: &Gpu, name: &'static str, ptr: u64) -> Result<(), Error> {
 
 /// The one validator, then the device checks of a call: every buffer on this GPU.
 fn validate_on(gpu: &Gpu, checked: Checked, opts: &LaunchOptions) -> Result<Checked, Error> {
+    check_devices(gpu, &checked.ranges, opts)?;
+    Ok(checked)
+}
+
+/// The device check of every range of a validated call (unless the caller did it).
+fn check_devices(gpu: &Gpu, ranges: &[Range], opts: &LaunchOptions) -> Result<(), Error> {
     if !opts.devices_checked {
-        for r in &checked.ranges {
+        for r in ranges {
             check_device(gpu, r.name, r.start)?;
         }
     }
-    Ok(checked)
+    Ok(())
 }
 
 fn gs_mode(g: RawGlobalScale) -> (GsMode, u64) {
@@ -261,6 +270,8 @@ pub(crate) unsafe fn launch_fused(
         eps: p.eps,
         pf_rows: kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits),
         weight_bias: p.weight_bias,
+        s_min: 0.0,
+        static_scale: 0.0,
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // Both kernels of a split swizzled write are loaded before either is launched, so
@@ -390,13 +401,25 @@ pub(crate) unsafe fn launch_dequant(
 pub(crate) fn run_codec_check(
     gpu: &Gpu,
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
-) -> Result<[u32; 9], Error> {
+) -> Result<[u32; 11], Error> {
     let f = gpu.kernels.get(
         &gpu.ctx,
         &gpu.arch,
         &KernelConfig::shapeless(KernelKind::CodecCheck),
     )?;
-    let init: [u32; 9] = [0, u32::MAX, 0, u32::MAX, 0, u32::MAX, 0, 0, u32::MAX];
+    let init: [u32; 11] = [
+        0,
+        u32::MAX,
+        0,
+        u32::MAX,
+        0,
+        u32::MAX,
+        0,
+        0,
+        u32::MAX,
+        0,
+        u32::MAX,
+    ];
     let result = stream
         .clone_htod(&init)
         .map_err(super::driver_err("uploading the self-check counters"))?;
@@ -406,7 +429,7 @@ pub(crate) fn run_codec_check(
     };
     let mut args = [&mut ptr as *mut u64 as *mut c_void];
     // SAFETY: one argument matching fp4norm_codec_check's signature, a live allocation of
-    // nine u32 on this device.
+    // eleven u32 on this device.
     unsafe {
         launch(
             gpu,
@@ -470,6 +493,93 @@ pub(crate) unsafe fn launch_copy(
             stream,
             &mut args,
             "launching fp4norm_copy",
+        )
+    }
+}
+
+pub(crate) unsafe fn launch_fused_fp8(
+    gpu: &Gpu,
+    stream: sys::CUstream,
+    c: &crate::fp8::RawFp8Call,
+    opts: &LaunchOptions,
+) -> Result<(), Error> {
+    use crate::fp8::{Fp8ScaleLayout, Fp8Scaling};
+    let checked = c.validate()?;
+    let p = checked.problem;
+    // The kernel moves rows as 8-element vectors (the host backends take any H).
+    if p.h % 8 != 0 {
+        return Err(Error::Unsupported(format!(
+            "the CUDA FP8 kernels need H a multiple of 8 (H = {}); the CPU backend takes any H",
+            p.h
+        )));
+    }
+    check_devices(gpu, &checked.ranges, opts)?;
+    let aligned = checked.vector_aligned;
+    if p.m == 0 {
+        return Ok(());
+    }
+    gpu.settle_conversions(stream)?;
+    let pdl = gpu.pdl_for(opts.pdl);
+    let cfg = gpu.fp8_config(&p, c.static_scale.is_some(), aligned);
+    // Rows the kernel covers: with column-major or swizzled scales, the layout's padding
+    // rows too (it zeroes their scales).
+    let rows_total = match p.layout() {
+        Some(Fp8ScaleLayout::ColumnMajor) => p.m.div_ceil(4) * 4,
+        Some(Fp8ScaleLayout::Swizzled) => swizzled_rows(p.m),
+        _ => p.m,
+    };
+    let (rm, sw) = match (p.layout(), c.scales) {
+        (Some(Fp8ScaleLayout::Swizzled), Some(b)) => (0, b.ptr),
+        (Some(_), Some(b)) => (b.ptr, 0),
+        _ => (0, 0),
+    };
+    let (static_ptr, static_value) = match (c.static_scale, p.options.scaling) {
+        (Some(b), _) => (b.ptr, 0.0),
+        (None, Fp8Scaling::PerTensor(s)) => (0, s),
+        (None, _) => (0, 0.0),
+    };
+    let s_min = match p.scale_format() {
+        Some(crate::fp8::Fp8ScaleFormat::F32 { s_min }) => s_min,
+        _ => 0.0,
+    };
+    let mut params = FusedParams {
+        x: c.x.ptr,
+        r: c.residual.map_or(0, |r| r.ptr),
+        w: c.weight.ptr,
+        q: c.q.ptr,
+        sf_row_major: rm,
+        sf_swizzled: sw,
+        y_out: c.y_out.map_or(0, |y| y.ptr),
+        gs: static_ptr,
+        m: p.m as i64,
+        rows_total: rows_total as i64,
+        x_stride: c.x.row_stride as i64,
+        r_stride: c.residual.map_or(0, |r| r.row_stride as i64),
+        y_stride: c.y_out.map_or(0, |y| y.row_stride as i64),
+        eps: p.options.eps,
+        pf_rows: kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits),
+        weight_bias: p.options.weight_bias,
+        s_min,
+        static_scale: static_value,
+    };
+    let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    let grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
+    let grid = u32::try_from(grid)
+        .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
+    let mut args = [&mut params as *mut FusedParams as *mut c_void];
+    // SAFETY: the arguments match the kernel's signature (one struct by value) and every
+    // pointer in it was checked above; the caller guarantees the memory is live.
+    unsafe {
+        launch_clustered(
+            gpu,
+            &f,
+            grid,
+            cfg.block_threads(),
+            cfg.cluster,
+            pdl,
+            stream,
+            &mut args,
+            "launching fp4norm_fused (FP8)",
         )
     }
 }

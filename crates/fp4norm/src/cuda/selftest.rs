@@ -6,10 +6,11 @@
 //!
 //! What runs: the codec self-check kernel on every f32 input and every E4M3 code (the
 //! E2M1 encoders, incl. the hardware `cvt.rn.satfinite.e2m1x2.f32` on sm_100a-class
-//! targets; the E4M3 hardware encode and decode; the division-free block scales; NaN, ±0,
-//! ±Inf, subnormals and every tie are among those inputs), then fused calls in both
-//! formats and both element dtypes, both scale layouts, on rows that reach saturated,
-//! subnormal and NaN blocks, compared byte for byte with [`crate::reference`]. The packed
+//! targets; the E4M3 hardware encode and decode; the division-free block scales; the FP8
+//! element pair conversions, E4M3 and E5M2; NaN, ±0, ±Inf, subnormals and every tie are
+//! among those inputs), then fused calls in both formats and both element dtypes, both
+//! scale layouts, and FP8 calls (MXFP8, per-token E5M2, a per-tensor scale), on rows that
+//! reach saturated, subnormal and NaN blocks, compared byte for byte with the reference. The packed
 //! bf16/f16 conversions and the NaN fix-up are exercised by those calls, not exhaustively.
 //!
 //! The verdict is kept on disk per device name, compute capability, driver, NVRTC and
@@ -25,6 +26,7 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use half::{bf16, f16};
 
 use super::{kernel, knobs, nvrtc, Gpu, LaunchOptions};
+use crate::fp8::{run_host_fp8, Fp8Element, Fp8Options, RawFp8Call};
 use crate::raw::{run_host, HostEngine, RawBuf, RawCall, RawGlobalScale, RawMat};
 use crate::{DType, Error, Fp4Format, Options, Problem, ScaleLayout, ScaleOut};
 
@@ -195,6 +197,105 @@ pub(crate) fn run(probe: &Gpu) -> Result<Option<String>, Error> {
                 return Ok(Some(why));
             }
         }
+        for opts in [
+            Fp8Options::mxfp8(),
+            Fp8Options::per_token(Fp8Element::E5M2),
+            Fp8Options::per_tensor(Fp8Element::E4M3, 0.03),
+        ] {
+            if let Some(why) = fp8_case(probe, &stream, dtype, &opts)? {
+                return Ok(Some(why));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// One FP8 call (residual, the options' scaling) on the device and on the reference;
+/// `Some(why)` where any byte differs.
+fn fp8_case(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    dtype: DType,
+    opts: &Fp8Options,
+) -> Result<Option<String>, Error> {
+    let (m, h) = (130, 2048);
+    let p = crate::fp8::Fp8Problem::new(m, h, dtype, opts)?;
+    let x = test_rows(m, h, dtype, 0x5eed_0004);
+    let mut r_host = test_rows(m, h, dtype, 0x5eed_0005);
+    let w: Vec<u16> = test_rows(1, h, dtype, 0x5eed_0006);
+    let sf_bytes = p.scales_len() * p.scale_element_bytes();
+    let mut q_host = vec![0u8; p.q_len()];
+    // Scale bytes as u32 words (f32 scales need their alignment; UE8M0 uses the bytes).
+    let mut sf_host = vec![0u32; sf_bytes.div_ceil(4)];
+    let dev = |e: cudarc::driver::DriverError| Error::Cuda {
+        context: "the self-test's buffers",
+        message: e.to_string(),
+    };
+    let x_d = stream.clone_htod(&x).map_err(dev)?;
+    let mut r_d = stream.clone_htod(&r_host).map_err(dev)?;
+    let w_d = stream.clone_htod(&w).map_err(dev)?;
+    let mut q_d = stream.clone_htod(&vec![0xA5u8; p.q_len()]).map_err(dev)?;
+    let mut sf_d = stream
+        .clone_htod(&vec![0xA5A5_A5A5u32; sf_bytes.div_ceil(4).max(1)])
+        .map_err(dev)?;
+    let call = |x: u64, r: u64, w: u64, q: u64, sf: u64| RawFp8Call {
+        dtype,
+        x: RawMat::contiguous(x, m, h),
+        residual: Some(RawMat::contiguous(r, m, h)),
+        weight: RawBuf::new(w, h),
+        q: RawBuf::new(q, p.q_len()),
+        scales: p.scale_format().map(|_| RawBuf::new(sf, p.scales_len())),
+        static_scale: None,
+        y_out: None,
+        options: *opts,
+    };
+    {
+        let (xp, _gx) = x_d.device_ptr(stream);
+        let (rp, _gr) = r_d.device_ptr_mut(stream);
+        let (wp, _gw) = w_d.device_ptr(stream);
+        let (qp, _gq) = q_d.device_ptr_mut(stream);
+        let (sfp, _gsf) = sf_d.device_ptr_mut(stream);
+        let c = call(xp, rp, wp, qp, sfp);
+        // SAFETY: every pointer is a live allocation of this stream's device with the
+        // length given; the guards keep them until after the launch.
+        unsafe { gpu.launch_fp8_raw(stream.cu_stream(), &c, &LaunchOptions::default())? };
+    }
+    let host = call(
+        x.as_ptr() as u64,
+        r_host.as_mut_ptr() as u64,
+        w.as_ptr() as u64,
+        q_host.as_mut_ptr() as u64,
+        sf_host.as_mut_ptr() as u64,
+    );
+    // SAFETY: host vectors of the lengths given, alive until the call returns.
+    unsafe { run_host_fp8(&host, HostEngine::Reference)? };
+    let back = |e: cudarc::driver::DriverError| Error::Cuda {
+        context: "reading the self-test's outputs",
+        message: e.to_string(),
+    };
+    let got_q: Vec<u8> = stream.clone_dtoh(&q_d).map_err(back)?;
+    let got_sf: Vec<u32> = stream.clone_dtoh(&sf_d).map_err(back)?;
+    let r_back: Vec<u16> = stream.clone_dtoh(&r_d).map_err(back)?;
+    let bytes = |v: &[u32]| -> Vec<u8> {
+        v.iter()
+            .flat_map(|w| w.to_le_bytes())
+            .take(sf_bytes)
+            .collect()
+    };
+    let name = format!("{dtype} FP8 {} {:?}", opts.element, opts.scaling);
+    for (what, got, want) in [
+        ("codes", got_q, q_host),
+        ("scales", bytes(&got_sf), bytes(&sf_host)),
+    ] {
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            return Ok(Some(format!(
+                "fused {name}: {what} byte {i} is {:#04x}, the reference {:#04x}",
+                got[i], want[i]
+            )));
+        }
+    }
+    if let Some(i) = (0..r_host.len()).find(|&i| r_back[i] != r_host[i]) {
+        return Ok(Some(format!("fused {name}: residual element {i} differs")));
     }
     Ok(None)
 }

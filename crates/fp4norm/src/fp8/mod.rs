@@ -54,6 +54,7 @@
 //! ```
 
 pub mod cpu;
+pub mod raw;
 pub mod reference;
 
 use rayon::prelude::*;
@@ -65,6 +66,7 @@ use crate::layout::{swizzled_len, swizzled_offset};
 use crate::{DType, Element, Error, MatMut, MatRef};
 
 pub use cpu::{add_rmsnorm_fp8quant, rmsnorm_fp8quant};
+pub use raw::{run_host_fp8, Fp8Checked, RawFp8Call};
 
 /// The FP8 element format of `q`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

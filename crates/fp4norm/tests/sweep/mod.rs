@@ -2,6 +2,8 @@
 //! check (tests/kernels_compile.rs), so that CI compiles exactly what the GPU runs.
 #![allow(dead_code)]
 
+pub mod fp8;
+
 use fp4norm::cuda::GsMode;
 use fp4norm::{DType, Fp4Format, Options, Problem, ScaleLayout};
 

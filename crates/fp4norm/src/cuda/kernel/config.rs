@@ -36,6 +36,32 @@ pub enum GsMode {
     PerRow,
 }
 
+/// How an FP8 kernel finds the factor `inv` its values are multiplied by (SPEC.md §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fp8KernelScaling {
+    /// One per-tensor scale `s` (from memory, or a parameter): `inv = RN32(1/s)`.
+    PerTensor,
+    /// Dynamic group scales written as f32 (with the floor `s_min`).
+    F32,
+    /// Dynamic group scales written as UE8M0 codes.
+    UE8M0,
+}
+
+/// The FP8 output of the fused kernel (`FP8_*` defines, SPEC.md §8). The group size is the
+/// configuration's `block` (32, 64, 128; the row for per-token scales).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fp8Spec {
+    /// E5M2 elements (else E4M3).
+    pub e5m2: bool,
+    /// How `inv` is found.
+    pub scaling: Fp8KernelScaling,
+    /// One dynamic scale per row: the row's threads reduce the amax together.
+    pub per_token: bool,
+    /// Column-major scales `[H/G, Mp4]` (the `row_major` flag is the row-major layout;
+    /// `swizzled` MXFP8's 128×4).
+    pub column_major: bool,
+}
+
 /// One specialisation: everything that is a compile-time constant of the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KernelConfig {
@@ -96,6 +122,9 @@ pub struct KernelConfig {
     /// behind each row (`FP4_SWZ_DEMOTE_TILES`, see `swizzle_demote_tiles`; 0: never);
     /// only with `swizzle_keep`. Defined only when nonzero, so other cubins are unchanged.
     pub swizzle_demote_tiles: u32,
+    /// FP8 codes instead of FP4 (SPEC.md §8); `None` for the FP4 op. Defines are emitted
+    /// only when set, so the FP4 source, and its cubins, are unchanged.
+    pub fp8: Option<Fp8Spec>,
 }
 
 impl KernelConfig {
@@ -146,7 +175,93 @@ impl KernelConfig {
                 && !swizzle_split
                 && swizzle_pad_spread_wanted(),
             swizzle_demote_tiles: 0,
+            fp8: None,
         };
+        cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
+        cfg
+    }
+
+    /// The fused kernel's configuration for an FP8 call (SPEC.md §8) `p`, with the launch
+    /// shape the launch table gives the FP4 op of the same rows: FP8 moves the same input
+    /// bytes per row. `scale_in_memory`: a per-tensor scale read from device memory (else a
+    /// kernel parameter). Requires `H` a multiple of 8 (the caller checks).
+    pub fn fp8(
+        p: &crate::fp8::Fp8Problem,
+        scale_in_memory: bool,
+        aligned: bool,
+        limits: &DeviceLimits,
+    ) -> Self {
+        use crate::fp8::{Fp8Element, Fp8ScaleFormat, Fp8ScaleLayout};
+        let nv = p.h / 8;
+        let group = p.group();
+        // A per-token group of 4, 8 or 16 vectors (H = 32, 64, 128) is one group of the
+        // per-group kernel: its lanes reduce the amax by shuffles, no barrier.
+        let per_token = group == Some(p.h) && !(nv.is_power_of_two() && (4..=16).contains(&nv));
+        let block = match group {
+            None => 8,
+            Some(_) if per_token => p.h,
+            Some(g) => g,
+        };
+        // Per-token scales reduce the row's amax inside one CTA: no clusters.
+        let row_limits = if per_token {
+            DeviceLimits {
+                max_cluster: 1,
+                ..*limits
+            }
+        } else {
+            *limits
+        };
+        let shape_block = if per_token || group.is_none() {
+            8
+        } else {
+            block
+        };
+        let (g, mut r, c) = launch_shape(p.h, shape_block, p.m, p.dtype, &row_limits);
+        if per_token && g > 32 {
+            r = r.min(15); // one named barrier per row of several warps (fused.cu, row_max)
+        }
+        let layout = p.layout();
+        let swizzled = layout == Some(Fp8ScaleLayout::Swizzled);
+        let mut cfg = KernelConfig {
+            kind: KernelKind::Fused,
+            dtype: p.dtype,
+            h: p.h,
+            block,
+            ue8m0: p.scale_format() == Some(Fp8ScaleFormat::UE8M0),
+            row_major: layout == Some(Fp8ScaleLayout::RowMajor),
+            swizzled,
+            residual: p.has_residual,
+            y_out: p.has_y_out,
+            gs: if group.is_none() && scale_in_memory {
+                GsMode::Uniform
+            } else {
+                GsMode::None
+            },
+            hw_e2m1: false,
+            hw_canonical_nan: false,
+            weight_bias: p.options.weight_bias != 0.0,
+            literal_codecs: false,
+            force_exact_sumsq: false,
+            threads_per_row: g,
+            rows_per_cta: r,
+            cluster: c,
+            aligned,
+            swizzle_split: false,
+            swizzle_keep: swizzled && aligned && swizzle_keep_wanted(p.m, p.h),
+            swizzle_pad_spread: false,
+            swizzle_demote_tiles: 0,
+            fp8: Some(Fp8Spec {
+                e5m2: p.options.element == Fp8Element::E5M2,
+                scaling: match p.scale_format() {
+                    None => Fp8KernelScaling::PerTensor,
+                    Some(Fp8ScaleFormat::F32 { .. }) => Fp8KernelScaling::F32,
+                    Some(Fp8ScaleFormat::UE8M0) => Fp8KernelScaling::UE8M0,
+                },
+                per_token,
+                column_major: layout == Some(Fp8ScaleLayout::ColumnMajor),
+            }),
+        };
+        // MXFP8's scales are an eighth of its codes' rows, as NVFP4's: the same demotion.
         cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
         cfg
     }
@@ -205,6 +320,7 @@ impl KernelConfig {
             swizzle_keep: false,
             swizzle_pad_spread: false,
             swizzle_demote_tiles: 0,
+            fp8: None,
         }
     }
 
@@ -280,6 +396,19 @@ impl KernelConfig {
             format!("#define FP4_SWZ_DEMOTE_TILES {}\n", self.swizzle_demote_tiles)
         } else {
             String::new()
+        } + &match self.fp8 {
+            None => String::new(),
+            Some(f) => format!(
+                "#define FP8_OUT 1\n#define FP8_E5M2 {}\n#define FP8_SCALING {}\n#define FP8_PER_TOKEN {}\n#define FP8_COL_MAJOR {}\n",
+                b(f.e5m2),
+                match f.scaling {
+                    Fp8KernelScaling::PerTensor => 0,
+                    Fp8KernelScaling::F32 => 1,
+                    Fp8KernelScaling::UE8M0 => 2,
+                },
+                b(f.per_token),
+                b(f.column_major),
+            ),
         }
     }
 
@@ -351,7 +480,16 @@ impl KernelConfig {
             self.swizzle_keep,
             self.swizzle_pad_spread,
             self.swizzle_demote_tiles
-        )
+        ) + &match self.fp8 {
+            None => String::new(),
+            Some(f) => format!(
+                " fp8={} {:?} per_token={} col_major={}",
+                if f.e5m2 { "e5m2" } else { "e4m3" },
+                f.scaling,
+                f.per_token,
+                f.column_major
+            ),
+        }
     }
 }
 

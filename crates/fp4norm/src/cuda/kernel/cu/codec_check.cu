@@ -10,8 +10,11 @@
 // e4m3_encode(__fdiv_rn(x, 6))), [3] lowest mismatching input, [4] E4M3 decode mismatches,
 // [5] lowest mismatching code, [6] inputs checked / 8, [7] UE8M0 block-code mismatches
 // (ue8m0_code_of_amax against ue8m0_ceil_code(__fdiv_rn(x, 6)), on every x >= +0 and NaN:
-// what a block maximum can be), [8] lowest mismatching input. The host zeroes [0], [2],
-// [4], [6], [7] and sets [1], [3], [5], [8] to ~0.
+// what a block maximum can be), [8] lowest mismatching input, [9] FP8 element encode
+// mismatches (the hardware E4M3 and E5M2 pair conversions with their NaN fix-up,
+// fp8x2_encode<_, true>, against the literal encoders, every input in both halves of the
+// pair), [10] lowest mismatching input. The host zeroes [0], [2], [4], [6], [7], [9] and
+// sets [1], [3], [5], [8], [10] to ~0.
 
 #include "common.cuh"
 
@@ -61,6 +64,19 @@ extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* resul
             if (((bits >> 31) == 0 || v != v) && ue8m0_code_of_amax(v) != ue8m0_ceil_code(__fdiv_rn(v, 6.0f))) {
                 atomicAdd(&result[7], 1u);
                 atomicMin(&result[8], bits);
+            }
+            // FP8 elements, each input as the low and as the high value of a pair (the
+            // other one a fixed neighbour), both formats.
+            {
+                const float other = __uint_as_float(bits ^ 0x80400000u);
+                const u32 want4 = e4m3_encode(v) | (e4m3_encode(other) << 8);
+                const u32 want5 = e5m2_encode(v) | (e5m2_encode(other) << 8);
+                if (fp8x2_encode<false, true>(v, other) != want4 || fp8x2_encode<true, true>(v, other) != want5
+                    || fp8x2_encode<false, true>(other, v) != ((want4 >> 8) | ((want4 & 0xFFu) << 8))
+                    || fp8x2_encode<true, true>(other, v) != ((want5 >> 8) | ((want5 & 0xFFu) << 8))) {
+                    atomicAdd(&result[9], 1u);
+                    atomicMin(&result[10], bits);
+                }
             }
             // E2M1: the fast encoders are only used on values that are not NaN (NaN lanes
             // of a group are checked as +0 instead).

@@ -59,6 +59,16 @@
 //                    holds_rows_in_registers)
 //   FP4_MIN_CTAS     the fused kernel's launch bound: minimum resident CTAs per SM
 //                    (KernelConfig::min_ctas_per_sm)
+//
+// FP8 outputs (SPEC.md §8; defined only for the FP8 kernels, so FP4 sources are unchanged):
+//   FP8_OUT          (defined or not) the fused kernel writes FP8 codes [m, H], one byte each
+//   FP8_E5M2         0: E4M3 elements, 1: E5M2
+//   FP8_SCALING      0: one per-tensor scale s (FP4_GS 1: gs[0] from memory, 0: a parameter),
+//                    1: dynamic f32 group scales, 2: dynamic UE8M0 group scales
+//   FP8_PER_TOKEN    1: one dynamic scale per row (FP4_BLOCK = H; the row's threads reduce
+//                    its amax together; FP4_C is 1), 0: groups of FP4_BLOCK (32, 64, 128)
+//   FP8_COL_MAJOR    1: scales column-major [H/G, Mp4] (FP4_ROW_MAJOR: row-major [M, H/G];
+//                    FP4_SWIZZLED: MXFP8's 128x4 layout of UE8M0 codes, G = 32)
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -298,6 +308,48 @@ __device__ __forceinline__ float e4m3_decode_fast(u32 code) {
 #else
     return e4m3_decode(code);
 #endif
+}
+
+// E5M2 (SPEC.md §8), written exactly as crates/fp4norm/src/codec.rs: bias 15, max 57344
+// (saturating, infinities included), subnormal step 2^-16, NaN -> 0x7F.
+__device__ __forceinline__ u32 e5m2_encode(float s) {
+    const u32 bits = __float_as_uint(s);
+    const u32 sign = (bits >> 24) & 0x80u;
+    const u32 abs_bits = bits & 0x7FFFFFFFu;
+    if (abs_bits > 0x7F800000u) return 0x7Fu;
+    const float a = __uint_as_float(abs_bits);
+    if (a >= 57344.0f) return sign | 0x7Bu;
+    if (abs_bits < 0x38800000u) {
+        // below 2^-14: multiples of 2^-16, round half to even (exact scaling by 2^16)
+        return sign | (u32)__float2int_rn(__fmul_rn(a, 65536.0f));
+    }
+    const u32 rebiased = abs_bits - ((127u - 15u) << 23);
+    const u32 rounded = (rebiased + 0xFFFFFu + ((rebiased >> 21) & 1u)) >> 21;
+    return sign | min(rounded, 0x7Bu);
+}
+
+// Two FP8 element codes (SPEC.md §8: round to nearest even, saturating, NaN -> 0x7F), lo in
+// bits 0-7 and hi in bits 8-15, E5M2 or E4M3. FAST: the hardware conversion
+// cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (sm_89+), which rounds and saturates as SPEC.md
+// says but keeps a NaN's sign, so NaN inputs get 0x7F here; two values per instruction
+// where the literal encoders take ~15 instructions each. Checked against the literal
+// encoders on every f32 by the codec self-check kernel (codec_check.cu).
+template <bool E5M2, bool FAST>
+__device__ __forceinline__ u32 fp8x2_encode(float lo, float hi) {
+#if __CUDA_ARCH__ >= 890
+    if (FAST) {
+        u32 d;
+        if (E5M2) {
+            asm("{ .reg .b16 t; cvt.rn.satfinite.e5m2x2.f32 t, %1, %2; cvt.u32.u16 %0, t; }" : "=r"(d) : "f"(hi), "f"(lo));
+        } else {
+            asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %1, %2; cvt.u32.u16 %0, t; }" : "=r"(d) : "f"(hi), "f"(lo));
+        }
+        if (lo != lo) d = (d & 0xFF00u) | 0x7Fu;
+        if (hi != hi) d = (d & 0x00FFu) | 0x7F00u;
+        return d;
+    }
+#endif
+    return E5M2 ? (e5m2_encode(lo) | (e5m2_encode(hi) << 8)) : (e4m3_encode(lo) | (e4m3_encode(hi) << 8));
 }
 
 __device__ __forceinline__ u32 ue8m0_ceil_code(float v) {

@@ -51,8 +51,12 @@ struct Fp4NormParams {
     i64 y_stride;
     float eps;
     unsigned int pf_rows;  // L2 prefetch distance in rows, 0 = none (launch_table.rs, l2_prefetch_rows)
-#if defined(FP4_WBIAS)
+#if defined(FP4_WBIAS) || defined(FP8_OUT)
     float weight_bias;     // nonzero: added to every weight (SPEC.md §8)
+#endif
+#if defined(FP8_OUT)
+    float s_min;           // the f32 group scales' floor (SPEC.md §8), 0: none
+    float static_scale;    // the per-tensor scale where it is not read from memory (FP4_GS 0)
 #endif
 };
 
@@ -292,6 +296,7 @@ __device__ __forceinline__ const u16* h_row(const Fp4NormParams& p, i64 row) {
     return FP4_RESIDUAL ? (const u16*)(p.r + row * p.r_stride) : p.x + row * p.x_stride;
 }
 
+#if !defined(FP8_OUT)
 // Pass 2 of one row: y, block scales, E2M1 codes, from rstd. FROM_MEMORY: h and w
 // re-read from memory (the redo of a row whose exact sum of squares changed rstd);
 // otherwise as pass 1 left them (hv, wv: registers once inlined, constant indices).
@@ -394,6 +399,225 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
 #undef SF_AT
 #undef SW_AT
 }
+
+#else  // FP8_OUT: pass 2 writes FP8 codes (SPEC.md §8)
+
+#if FP8_E5M2
+#define FP8_MAX 57344.0f
+#else
+#define FP8_MAX 448.0f
+#endif
+#if defined(FP4_LITERAL_CODECS)
+#define FP8_FAST false
+#else
+#define FP8_FAST true
+#endif
+#if defined(FP8_PER_TOKEN) && FP8_PER_TOKEN && FP4_C != 1
+#error "per-token FP8 scales reduce the row's amax in one CTA (FP4_C 1)"
+#endif
+#if FP8_PER_TOKEN && WARPS_PER_ROW > 1 && FP4_R > 15
+#error "per-token FP8 scales take one named barrier per row: at most 15 rows of several warps per CTA"
+#endif
+
+// y = RN32(RN32(h rstd) w') for one vector (and y_out; 0 past the row), and max |y|
+// (NaN-propagating) over it.
+__device__ __forceinline__ float normalise8(const Fp4NormParams& p, i64 row, int v, bool in_row, uint4 h, uint4 w,
+                                            float rstd, float (&y)[8], bool store_y) {
+    float amax = 0.0f;
+    if (!in_row) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) y[i] = 0.0f;
+        return amax;
+    }
+    float hf[8], wf[8];
+    unpack8(h, hf);
+    unpack8(w, wf);
+#if defined(FP4_WBIAS)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wf[i] = __fadd_rn(wf[i], p.weight_bias);  // w' = RN32(w + bias)
+#endif
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        y[i] = __fmul_rn(__fmul_rn(hf[i], rstd), wf[i]);
+        amax = fmax_nan(amax, fabsf(y[i]));
+    }
+#if FP4_Y_OUT
+    if (store_y) {
+        uint4 yo;
+        yo.x = f32x2_to_elem(y[0], y[1]);
+        yo.y = f32x2_to_elem(y[2], y[3]);
+        yo.z = f32x2_to_elem(y[4], y[5]);
+        yo.w = f32x2_to_elem(y[6], y[7]);
+        store_vec(p.y_out + row * p.y_stride + v * 8, yo);
+    }
+#endif
+    return amax;
+}
+
+// Eight codes FP8(RN32(y inv)), byte i = element i. A product is NaN only where y is NaN,
+// inv is NaN, or one of them is infinite and the other 0; where the caller knows none of
+// that can happen (a finite group amax and a finite inv) the NaN fix-up is skipped.
+__device__ __forceinline__ uint2 fp8_encode8(const float (&y)[8], float inv) {
+    float q[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = __fmul_rn(y[i], inv);
+    u32 c[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) c[j] = fp8x2_encode<FP8_E5M2, FP8_FAST>(q[2 * j], q[2 * j + 1]);
+    return make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
+}
+
+__device__ __forceinline__ void store_q8(u8* at, uint2 v) {
+#if FP4_VEC_ALIGNED
+    asm volatile("st.global.v2.u32 [%0], {%1,%2};" :: "l"(at), "r"(v.x), "r"(v.y) : "memory");
+#else
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        at[i] = (u8)(v.x >> (8 * i));
+        at[4 + i] = (u8)(v.y >> (8 * i));
+    }
+#endif
+}
+
+// A dynamic scale from its group's amax (SPEC.md §8): the code or f32 bits written, and inv.
+__device__ __forceinline__ void fp8_group_scale(const Fp4NormParams& p, float amax, u32& written, float& inv) {
+#if FP8_SCALING == 1
+    float s = __fdiv_rn(amax, FP8_MAX);
+    if (s < p.s_min) s = p.s_min;  // (a NaN s stays NaN)
+    inv = (s == 0.0f) ? 0.0f : __fdiv_rn(1.0f, s);
+    written = (s != s) ? 0x7FFFFFFFu : __float_as_uint(s);
+#else
+    written = ue8m0_ceil_code(__fdiv_rn(amax, FP8_MAX));
+    inv = ue8m0_inverse(written);
+#endif
+}
+
+// Scale (row, g) at its place in a row-major or column-major layout.
+__device__ __forceinline__ void store_group_scale(const Fp4NormParams& p, i64 row, int g, u32 written) {
+#if FP8_COL_MAJOR
+    const i64 at = (i64)g * ((p.m + 3) & ~3ll) + row;
+#else
+    const i64 at = row * NB + g;
+#endif
+#if FP8_SCALING == 1
+    reinterpret_cast<u32*>(p.sf_row_major)[at] = written;
+#else
+    p.sf_row_major[at] = (u8)written;
+#endif
+}
+
+#if FP8_PER_TOKEN
+// The maximum over the row's FP4_G threads (every one calls it): warp shuffles, then the
+// row's warps through shared memory and a named barrier of the row's threads (rows of one
+// CTA finish at different times, so not __syncthreads).
+__device__ __forceinline__ float row_max(float v, int lane, int group) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmax_nan(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+#if WARPS_PER_ROW > 1
+    // (Used once per row; the exact-sum redo that calls pass 2 again follows CTA barriers.)
+    __shared__ float warp_max[FP4_R][WARPS_PER_ROW];
+    if ((lane & 31) == 0) warp_max[group][lane >> 5] = v;
+    asm volatile("bar.sync %0, %1;" :: "r"(group + 1), "r"(FP4_G) : "memory");
+    v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < WARPS_PER_ROW; ++i) v = fmax_nan(v, warp_max[group][i]);
+#endif
+    return v;
+}
+#endif
+
+// Pass 2 of one row for FP8: y, the scale(s), the codes. Arguments as the FP4 pass2_row's.
+template <bool FROM_MEMORY>
+__device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int lane, int v0, float rstd, float gs,
+                                          const uint4* hv, const uint4* wv) {
+    const u16* hrow = h_row(p, row);
+    u8* q_lane = p.q + row * (i64)FP4_H + (v0 + lane) * 8;
+    asm volatile("" : "+l"(q_lane));
+#define Q_AT(k) (q_lane + (k) * FP4_G * 8)
+#define PASS2_H(k, v) ((HOLD_IN_REGS && !FROM_MEMORY) ? hv[k] : load_vec(hrow + (v) * 8))
+#define PASS2_W(k, v) ((PREFETCH_W && !FROM_MEMORY) ? wv[k] : load_weight(p.w + (v) * 8))
+#if FP8_SCALING == 0
+    // One static scale: inv = RN32(1 / s) (gs carries s, read from memory or the parameter).
+    const float s = FP4_GS == 1 ? gs : p.static_scale;
+    const float inv = __fdiv_rn(1.0f, s);
+#pragma unroll (FROM_MEMORY ? 1 : 1024)
+    for (int k = 0; k < VPT; ++k) {
+        const int v = v0 + lane + k * FP4_G;
+        if (lane + k * FP4_G >= NVC) continue;
+        float y[8];
+        normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, true);
+        store_q8(Q_AT(k), fp8_encode8(y, inv));
+    }
+#elif FP8_PER_TOKEN
+    // The row's amax first (y_out written on the way), then y again and the codes: y is a
+    // pure function of h, rstd and w, so recomputing it gives the same values.
+    float amax = 0.0f;
+#pragma unroll (FROM_MEMORY ? 1 : 1024)
+    for (int k = 0; k < VPT; ++k) {
+        const int v = v0 + lane + k * FP4_G;
+        if (lane + k * FP4_G >= NVC) continue;
+        float y[8];
+        amax = fmax_nan(amax, normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, true));
+    }
+    amax = row_max(amax, lane, threadIdx.x / FP4_G);
+    u32 written;
+    float inv;
+    fp8_group_scale(p, amax, written, inv);
+    if (lane == 0) store_group_scale(p, row, 0, written);
+#pragma unroll (FROM_MEMORY ? 1 : 1024)
+    for (int k = 0; k < VPT; ++k) {
+        const int v = v0 + lane + k * FP4_G;
+        if (lane + k * FP4_G >= NVC) continue;
+        float y[8];
+        normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, false);
+        store_q8(Q_AT(k), fp8_encode8(y, inv));
+    }
+#else
+    // Groups of VPB vectors in neighbouring lanes: their amax by shuffles, the group's
+    // first lane writes its scale (MXFP8: four groups' codes gathered into one word, as
+    // the FP4 op's swizzled write).
+#if FP4_SWIZZLED
+    u8* sw_lane = p.sf_swizzled + swizzled_offset(row, ((v0 + lane) / VPB) & ~3);
+    asm volatile("" : "+l"(sw_lane));
+#endif
+#pragma unroll (FROM_MEMORY ? 1 : 1024)
+    for (int k = 0; k < VPT; ++k) {
+        const int v = v0 + lane + k * FP4_G;
+        const bool in_row = lane + k * FP4_G < NVC;  // lanes past the part still join the shuffles
+        uint4 h = make_uint4(0, 0, 0, 0), w = h;
+        if (in_row) {
+            h = PASS2_H(k, v);
+            w = PASS2_W(k, v);
+        }
+        float y[8];
+        float amax = normalise8(p, row, v, in_row, h, w, rstd, y, true);
+#pragma unroll
+        for (int o = 1; o < VPB; o <<= 1) amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+        u32 written;
+        float inv;
+        fp8_group_scale(p, amax, written, inv);
+#if FP4_SWIZZLED
+        // Lanes past the row give 0: the column padding.
+        u32 word = in_row ? written : 0u;
+        word |= __shfl_down_sync(0xFFFFFFFFu, word, VPB) << 8;
+        word |= __shfl_down_sync(0xFFFFFFFFu, word, 2 * VPB) << 16;
+#endif
+        if (!in_row) continue;
+        store_q8(Q_AT(k), fp8_encode8(y, inv));
+        if (v % VPB == 0) {
+#if FP4_SWIZZLED
+            if ((v / VPB) % 4 == 0) store_sf4(sw_lane + k * (FP4_G / (4 * VPB)) * 512, word);
+#else
+            store_group_scale(p, row, v / VPB, written);
+#endif
+        }
+    }
+#endif
+#undef Q_AT
+#undef PASS2_H
+#undef PASS2_W
+}
+#endif  // FP8_OUT
 
 // Where this thread works: its lane in the row's thread group, its group (row) in the CTA,
 // the row, and (clusters split a row over CTAs) the CTA's rank and first vector of the row.
@@ -753,6 +977,12 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             if (v0 == 0 && row >= 128 * (i64)FP4_SWZ_DEMOTE_TILES) demote_kept_tile(p.sf_swizzled, row, lane);
 #endif
         }
+#if defined(FP8_OUT) && FP8_COL_MAJOR
+        else if (row < p.rows_total && v0 == 0) {
+            // Rows m..Mp4 of column-major FP8 scales: padding, written as zero.
+            for (int g = lane; g < NB; g += FP4_G) store_group_scale(p, row, g, 0u);
+        }
+#endif
 #if FP4_SWIZZLED && !FP4_SWZ_SPLIT && !defined(FP4_SWZ_PAD_SPREAD)
         else if (row < p.rows_total && v0 == 0) {
             // Rows m..Mp of the last 128-row tile: scale padding, written as zero.

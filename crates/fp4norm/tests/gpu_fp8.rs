@@ -1,0 +1,485 @@
+//! The FP8 ops (SPEC.md §8) on the GPU against the host reference, byte for byte: codes,
+//! scales with their padding, residual, `y_out`, on fresh random data and special rows,
+//! output buffers poisoned first.
+//!
+//! Without a CUDA device every test prints `SKIPPED (no CUDA device)` and passes; set
+//! `FP4NORM_REQUIRE_GPU=1` (the device script does) to make a missing GPU a failure.
+//! `FP4NORM_SEED` replays a run's data (the seed is printed).
+#![cfg(feature = "cuda")]
+
+mod sweep;
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
+use fp4norm::cuda::{internal, Gpu, LaunchOptions};
+use fp4norm::fp8::{self, Fp8Out, Fp8ScaleFormat, Fp8Scales, Fp8Scaling, RawFp8Call};
+use fp4norm::{bf16, f16, DType, Element, MatMut, MatRef, RawBuf, RawMat};
+use rand::{Rng, SeedableRng};
+use sweep::fp8::{fp8_cases, Fp8Case, LITERAL_EVERY};
+
+const POISON: u8 = 0xAA;
+
+fn gpu() -> Option<&'static Gpu> {
+    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let require = std::env::var_os("FP4NORM_REQUIRE_GPU").is_some_and(|v| v != "0");
+        if fp4norm::cuda::device_count() == 0 {
+            assert!(
+                !require,
+                "FP4NORM_REQUIRE_GPU is set but no CUDA device was found"
+            );
+            return None;
+        }
+        let g = Gpu::new(0).expect("opening CUDA device 0");
+        let path = g
+            .conversion_path()
+            .expect("the conversion self-test")
+            .clone();
+        eprintln!(
+            "GPU: {} ({}; conversions: {}, {})",
+            g.name(),
+            g.arch(),
+            if path.fast { "fast" } else { "literal" },
+            path.reason
+        );
+        Some(g)
+    })
+    .as_ref()
+}
+
+macro_rules! require_gpu {
+    ($test:expr) => {
+        match gpu() {
+            Some(g) => g,
+            None => {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "SKIPPED (no CUDA device): {}",
+                    $test
+                );
+                return;
+            }
+        }
+    };
+}
+
+fn seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let s = std::env::var("FP4NORM_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(7)
+            });
+        eprintln!("FP4NORM_SEED={s}");
+        s
+    })
+}
+
+/// Inputs and the reference's outputs of one case.
+struct Host<T> {
+    x: Vec<T>,
+    r: Vec<T>,
+    w: Vec<T>,
+    r_out: Vec<T>,
+    q: Vec<u8>,
+    /// The scale buffer's bytes (f32 little-endian or UE8M0 codes), padding included.
+    scales: Vec<u8>,
+    y: Vec<T>,
+}
+
+/// Rows of values whose magnitudes differ from row to row (so group scales differ), with
+/// special rows and wide values where the case asks; weights of both signs with zeros.
+fn host_case<T: Element>(c: &Fp8Case, rng: &mut rand::rngs::StdRng) -> Host<T> {
+    let (m, h) = (c.m, c.h);
+    let mut gen = |row: usize| -> f32 {
+        let base = rng.random_range(-3.0f32..3.0) * 2f32.powi((row % 7) as i32 - 3);
+        if c.special && rng.random_range(0..8) == 0 {
+            rng.random_range(-1.0f32..1.0) * 2f32.powi(rng.random_range(-30..30))
+        } else {
+            base
+        }
+    };
+    let mut x: Vec<T> = (0..m * h)
+        .map(|i| T::round_from_f32(gen(i / h.max(1))))
+        .collect();
+    let mut r: Vec<T> = (0..m * h)
+        .map(|i| T::round_from_f32(gen(i / h.max(1))))
+        .collect();
+    if c.special {
+        for (row, v) in [
+            (0usize, 0.0f32),
+            (1, f32::NAN),
+            (2, f32::INFINITY),
+            (3, f32::NEG_INFINITY),
+        ] {
+            if row >= m {
+                continue;
+            }
+            if v == 0.0 {
+                for i in 0..h {
+                    x[row * h + i] = T::round_from_f32(0.0);
+                    r[row * h + i] = T::round_from_f32(-0.0);
+                }
+            } else {
+                let col = rng.random_range(0..h);
+                x[row * h + col] = T::round_from_f32(v);
+            }
+        }
+    }
+    let w: Vec<T> = (0..h)
+        .map(|i| match i % 13 {
+            0 => T::round_from_f32(0.0),
+            1 => T::round_from_f32(-0.0),
+            _ => T::round_from_f32(rng.random_range(-2.0f32..2.0)),
+        })
+        .collect();
+    let p = c.problem();
+    let mut r_out = r.clone();
+    let mut q = vec![0u8; p.q_len()];
+    let mut y = vec![T::round_from_f32(0.0); if c.y_out { m * h } else { 0 }];
+    let mut sf32 = vec![0f32; p.scales_len()];
+    let mut su8 = vec![0u8; p.scales_len()];
+    let scales = match p.scale_format() {
+        None => Fp8Scales::None,
+        Some(Fp8ScaleFormat::F32 { .. }) => Fp8Scales::F32(&mut sf32),
+        Some(Fp8ScaleFormat::UE8M0) => Fp8Scales::UE8M0(&mut su8),
+    };
+    let out = Fp8Out {
+        q: &mut q,
+        scales,
+        y_out: c.y_out.then(|| MatMut::new(&mut y, m, h).unwrap()),
+    };
+    let xv = MatRef::new(&x, m, h).unwrap();
+    if c.residual {
+        fp8::reference::add_rmsnorm_fp8quant(
+            xv,
+            MatMut::new(&mut r_out, m, h).unwrap(),
+            &w,
+            out,
+            &c.options,
+        )
+    } else {
+        fp8::reference::rmsnorm_fp8quant(xv, &w, out, &c.options)
+    }
+    .expect("reference");
+    let scales = match p.scale_format() {
+        None => Vec::new(),
+        Some(Fp8ScaleFormat::F32 { .. }) => sf32
+            .iter()
+            .flat_map(|s| s.to_bits().to_le_bytes())
+            .collect(),
+        Some(Fp8ScaleFormat::UE8M0) => su8,
+    };
+    Host {
+        x,
+        r,
+        w,
+        r_out,
+        q,
+        scales,
+        y,
+    }
+}
+
+fn upload<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    v: &[T],
+) -> CudaSlice<T> {
+    if v.is_empty() {
+        return stream.alloc_zeros::<T>(1).expect("alloc");
+    }
+    stream.clone_htod(v).expect("upload")
+}
+
+fn first_diff<T: PartialEq + std::fmt::Debug>(
+    name: &str,
+    got: &[T],
+    want: &[T],
+    row_len: usize,
+) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{name}: length {} vs {}", got.len(), want.len()));
+    }
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        let n = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        return Err(format!(
+            "{name}: {n} differ; first at index {i} (row {}, col {}): gpu {:?} reference {:?}",
+            i / row_len.max(1),
+            i % row_len.max(1),
+            got[i],
+            want[i]
+        ));
+    }
+    Ok(())
+}
+
+/// The scale the case's per-tensor scaling names, and the options the raw call carries: a
+/// scale read from memory gets a decoy value in the options, so a kernel that read the
+/// parameter instead would fail.
+fn call_options(c: &Fp8Case) -> (Option<f32>, fp8::Fp8Options) {
+    match c.options.scaling {
+        Fp8Scaling::PerTensor(s) if c.scale_in_memory => (
+            Some(s),
+            fp8::Fp8Options {
+                scaling: Fp8Scaling::PerTensor(12345.0),
+                ..c.options
+            },
+        ),
+        _ => (None, c.options),
+    }
+}
+
+fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    stream: &Arc<CudaStream>,
+    c: &Fp8Case,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let hc = host_case::<T>(c, rng);
+    let p = c.problem();
+    let (m, h) = (c.m, c.h);
+    // Unaligned views start one element (and the codes one byte, the scales one element)
+    // into their allocation.
+    let off = c.misaligned as usize;
+    let pad = |v: &[T]| -> Vec<T> {
+        let mut out = vec![T::from_bits(0x5555); off];
+        out.extend_from_slice(v);
+        out
+    };
+    let s_off = off * p.scale_element_bytes();
+    let x_d = upload(stream, &pad(&hc.x));
+    let r_d = upload(stream, &pad(&hc.r));
+    let w_d = upload(stream, &hc.w);
+    let q_d = upload(stream, &vec![POISON; hc.q.len() + off]);
+    let sf_d = upload(stream, &vec![POISON; hc.scales.len() + s_off]);
+    let y_d = upload(stream, &pad(&vec![T::from_bits(0xAAAA); hc.y.len()]));
+    let (in_memory, options) = call_options(c);
+    let s_d = upload(stream, &[in_memory.unwrap_or(0.0)]);
+    let e = T::DTYPE.size() as u64;
+    let ptr = |s: &CudaSlice<T>| s.device_ptr(stream).0 + off as u64 * e;
+    let mat = |s: &CudaSlice<T>, len: usize| RawMat {
+        ptr: ptr(s),
+        rows: m,
+        cols: h,
+        row_stride: h,
+        len: Some(len),
+    };
+    let call = RawFp8Call {
+        dtype: T::DTYPE,
+        x: mat(&x_d, hc.x.len()),
+        residual: c.residual.then(|| mat(&r_d, hc.r.len())),
+        weight: RawBuf::new(w_d.device_ptr(stream).0, h),
+        q: RawBuf::new(q_d.device_ptr(stream).0 + off as u64, hc.q.len()),
+        scales: p
+            .scale_format()
+            .map(|_| RawBuf::new(sf_d.device_ptr(stream).0 + s_off as u64, p.scales_len())),
+        static_scale: in_memory.map(|_| RawBuf::new(s_d.device_ptr(stream).0, 1)),
+        y_out: c.y_out.then(|| mat(&y_d, hc.y.len())),
+        options,
+    };
+    // SAFETY: every buffer is a live allocation of this device holding the extents given.
+    unsafe { g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default()) }
+        .map_err(|e| format!("launch failed: {e}"))?;
+    stream
+        .synchronize()
+        .map_err(|e| format!("kernel failed: {e}"))?;
+    let got_q: Vec<u8> = stream.clone_dtoh(&q_d).unwrap();
+    first_diff("q", &got_q[off..off + hc.q.len()], &hc.q, h)?;
+    if !hc.scales.is_empty() {
+        let got: Vec<u8> = stream.clone_dtoh(&sf_d).unwrap();
+        first_diff(
+            "scales (bytes)",
+            &got[s_off..s_off + hc.scales.len()],
+            &hc.scales,
+            p.n_groups().max(1) * p.scale_element_bytes(),
+        )?;
+    }
+    let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
+    let got_r: Vec<T> = stream.clone_dtoh(&r_d).unwrap();
+    let want_r = if c.residual { &hc.r_out } else { &hc.r };
+    first_diff(
+        "residual",
+        &bits(&got_r[off..off + want_r.len()]),
+        &bits(want_r),
+        h,
+    )?;
+    if c.y_out {
+        let got: Vec<T> = stream.clone_dtoh(&y_d).unwrap();
+        first_diff("y_out", &bits(&got[off..off + hc.y.len()]), &bits(&hc.y), h)?;
+    }
+    Ok(())
+}
+
+fn run_cases(g: &Gpu, cases: &[Fp8Case], seed_mix: u64) -> Vec<String> {
+    let stream = g.context().new_stream().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ seed_mix);
+    let mut failures = Vec::new();
+    for c in cases {
+        let res = match c.dtype {
+            DType::BF16 => run_case::<bf16>(g, &stream, c, &mut rng),
+            DType::F16 => run_case::<f16>(g, &stream, c, &mut rng),
+        };
+        if let Err(e) = res {
+            failures.push(format!("{c:?}: {e}"));
+        }
+    }
+    failures
+}
+
+fn report(what: &str, n: usize, failures: &[String]) {
+    for f in failures {
+        eprintln!("FAIL {f}");
+    }
+    eprintln!("{what}: {n} cases, {} failed", failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {n} FP8 GPU cases differ from the reference:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn gpu_fp8_sweep_matches_the_reference() {
+    let g = require_gpu!("gpu_fp8_sweep_matches_the_reference");
+    let cases = fp8_cases();
+    let failures = run_cases(g, &cases, 0xf8);
+    report("FP8 sweep", cases.len(), &failures);
+}
+
+#[test]
+fn gpu_fp8_literal_codecs_path() {
+    require_gpu!("gpu_fp8_literal_codecs_path");
+    let g = internal::with_conversion_path(Gpu::new(0).expect("opening CUDA device 0"), false);
+    let cases: Vec<Fp8Case> = fp8_cases()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % LITERAL_EVERY == 0)
+        .map(|(_, c)| c)
+        .collect();
+    for c in &cases {
+        let cfg = internal::fp8_config(&g, &c.problem(), c.scale_in_memory, !c.misaligned);
+        assert!(cfg.literal_codecs, "{c:?}: the literal encoders must run");
+    }
+    let failures = run_cases(&g, &cases, 0xf8117);
+    report("FP8 literal path", cases.len(), &failures);
+}
+
+/// A per-tensor scale read from device memory: a captured graph replayed with new scale
+/// values writes the reference's bytes for each.
+#[test]
+fn gpu_fp8_graph_replay_reads_the_static_scale() {
+    let g = require_gpu!("gpu_fp8_graph_replay_reads_the_static_scale");
+    let (m, h) = (300usize, 4096usize);
+    let opts = fp8::Fp8Options::per_tensor(fp8::Fp8Element::E4M3, 1.0);
+    let p = fp8::Fp8Problem::new(m, h, DType::BF16, &opts).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x9f8);
+    let gen = |rng: &mut rand::rngs::StdRng, n: usize| -> Vec<bf16> {
+        (0..n)
+            .map(|_| bf16::from_f32(rng.random_range(-3.0f32..3.0)))
+            .collect()
+    };
+    let x = gen(&mut rng, m * h);
+    let r = gen(&mut rng, m * h);
+    let w = gen(&mut rng, h);
+    let stream = g.context().new_stream().unwrap();
+    let x_d = stream.clone_htod(&x).unwrap();
+    let mut r_d = stream.clone_htod(&r).unwrap();
+    let w_d = stream.clone_htod(&w).unwrap();
+    let mut s_d = stream.clone_htod(&[1.0f32]).unwrap();
+    let q_d = stream.clone_htod(&vec![POISON; p.q_len()]).unwrap();
+    let dp = |s: &CudaSlice<bf16>| s.device_ptr(&stream).0;
+    let mat = |ptr| RawMat {
+        ptr,
+        rows: m,
+        cols: h,
+        row_stride: h,
+        len: Some(m * h),
+    };
+    let call = RawFp8Call {
+        dtype: DType::BF16,
+        x: mat(dp(&x_d)),
+        residual: Some(mat(dp(&r_d))),
+        weight: RawBuf::new(dp(&w_d), h),
+        q: RawBuf::new(q_d.device_ptr(&stream).0, p.q_len()),
+        scales: None,
+        static_scale: Some(RawBuf::new(s_d.device_ptr(&stream).0, 1)),
+        y_out: None,
+        options: opts,
+    };
+    stream.synchronize().unwrap();
+    g.prepare_fp8(&p, true, true).unwrap();
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    // SAFETY: live allocations of this device, extents as given.
+    unsafe { g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default()) }.unwrap();
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph");
+    for s in [1.0f32, 0.0123, 7.5] {
+        stream.memcpy_htod(&[s], &mut s_d).unwrap();
+        stream.memcpy_htod(&r, &mut r_d).unwrap();
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        let mut r_ref = r.clone();
+        let mut q = vec![0u8; p.q_len()];
+        fp8::cpu::add_rmsnorm_fp8quant(
+            MatRef::new(&x, m, h).unwrap(),
+            MatMut::new(&mut r_ref, m, h).unwrap(),
+            &w,
+            Fp8Out {
+                q: &mut q,
+                scales: Fp8Scales::None,
+                y_out: None,
+            },
+            &fp8::Fp8Options::per_tensor(fp8::Fp8Element::E4M3, s),
+        )
+        .unwrap();
+        let got_q: Vec<u8> = stream.clone_dtoh(&q_d).unwrap();
+        let got_r: Vec<bf16> = stream.clone_dtoh(&r_d).unwrap();
+        assert!(got_q == q, "graph replay with scale {s}: codes differ");
+        assert!(
+            got_r == r_ref,
+            "graph replay with scale {s}: residual differs"
+        );
+    }
+    eprintln!("FP8 graph replay: 3 static scales, bytes identical to the CPU");
+}
+
+/// Bad calls are refused before anything is written, with the GPU's own rule named.
+#[test]
+fn gpu_fp8_refuses_what_the_kernel_cannot_run() {
+    let g = require_gpu!("gpu_fp8_refuses_what_the_kernel_cannot_run");
+    let stream = g.context().new_stream().unwrap();
+    let (m, h) = (2usize, 12usize); // H not a multiple of 8
+    let x_d = stream.clone_htod(&vec![bf16::ONE; m * h]).unwrap();
+    let w_d = stream.clone_htod(&vec![bf16::ONE; h]).unwrap();
+    let q_d = stream.clone_htod(&vec![POISON; m * h]).unwrap();
+    let sf_d = stream.clone_htod(&vec![0f32; m]).unwrap();
+    let call = RawFp8Call {
+        dtype: DType::BF16,
+        x: RawMat::contiguous(x_d.device_ptr(&stream).0, m, h),
+        residual: None,
+        weight: RawBuf::new(w_d.device_ptr(&stream).0, h),
+        q: RawBuf::new(q_d.device_ptr(&stream).0, m * h),
+        scales: Some(RawBuf::new(sf_d.device_ptr(&stream).0, m)),
+        static_scale: None,
+        y_out: None,
+        options: fp8::Fp8Options::per_token(fp8::Fp8Element::E4M3),
+    };
+    // SAFETY: live allocations of this device.
+    let err = unsafe { g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default()) }
+        .expect_err("H = 12 is not a multiple of 8");
+    assert!(err.to_string().contains("multiple of 8"), "{err}");
+    let got: Vec<u8> = stream.clone_dtoh(&q_d).unwrap();
+    assert!(got.iter().all(|&b| b == POISON), "nothing may be written");
+}

@@ -1,0 +1,189 @@
+//! The FP8 GPU cases (SPEC.md §8), shared by the GPU tests (tests/gpu_fp8.rs) and the CI
+//! kernel compile check (tests/kernels_compile.rs): every element format, scaling, group,
+//! scale format and layout, over hidden sizes that take each kernel path (a per-token row
+//! of one group, of one warp, of several warps; groups within one CTA and over a cluster),
+//! with and without residual, `y_out`, weight bias, unaligned views and special rows.
+
+use fp4norm::cuda::internal::KernelConfig;
+use fp4norm::cuda::DeviceLimits;
+use fp4norm::fp8::{
+    Fp8Element, Fp8Group, Fp8Options, Fp8Problem, Fp8ScaleFormat, Fp8ScaleLayout, Fp8Scaling,
+};
+use fp4norm::DType;
+
+/// The GPU tests run every this-many-th FP8 case again on the literal-encoder path.
+pub const LITERAL_EVERY: usize = 7;
+
+/// vLLM's per-token floor, `1 / (448 · 512)`.
+pub const VLLM_S_MIN: f32 = 1.0 / (448.0 * 512.0);
+
+/// One FP8 GPU case.
+#[derive(Clone, Copy, Debug)]
+pub struct Fp8Case {
+    pub dtype: DType,
+    pub m: usize,
+    pub h: usize,
+    pub options: Fp8Options,
+    pub residual: bool,
+    pub y_out: bool,
+    /// A per-tensor scale read from device memory (else passed by value).
+    pub scale_in_memory: bool,
+    /// Element buffers one element into their allocation (the element-wise kernel).
+    pub misaligned: bool,
+    /// Rows 0..4: a zero row, a row with NaN, one with +Inf, one with -Inf; values over
+    /// 2^±30 elsewhere.
+    pub special: bool,
+}
+
+impl Fp8Case {
+    /// The case's problem.
+    pub fn problem(&self) -> Fp8Problem {
+        Fp8Problem::new(self.m, self.h, self.dtype, &self.options)
+            .expect("valid FP8 case")
+            .with_y_out(self.y_out)
+            .pipe(|p| {
+                if self.residual {
+                    p
+                } else {
+                    p.without_residual()
+                }
+            })
+    }
+
+    /// The kernel the case runs on a device with `limits`.
+    pub fn config(&self, limits: &DeviceLimits) -> KernelConfig {
+        KernelConfig::fp8(
+            &self.problem(),
+            self.scale_in_memory,
+            !self.misaligned,
+            limits,
+        )
+    }
+}
+
+trait Pipe: Sized {
+    fn pipe<R>(self, f: impl FnOnce(Self) -> R) -> R {
+        f(self)
+    }
+}
+impl<T> Pipe for T {}
+
+/// Every scaling the FP8 ops offer: per-tensor, per-token (f32 with and without the floor,
+/// UE8M0), groups of 32, 64, 128 with f32 or UE8M0 scales, row- or column-major, MXFP8.
+pub fn scalings() -> Vec<Fp8Scaling> {
+    let dynamic = |group, format, layout| Fp8Scaling::Dynamic {
+        group,
+        format,
+        layout,
+    };
+    let mut v = vec![
+        Fp8Scaling::PerTensor(0.37),
+        dynamic(
+            Fp8Group::PerToken,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::RowMajor,
+        ),
+        dynamic(
+            Fp8Group::PerToken,
+            Fp8ScaleFormat::F32 { s_min: VLLM_S_MIN },
+            Fp8ScaleLayout::ColumnMajor,
+        ),
+        dynamic(
+            Fp8Group::PerToken,
+            Fp8ScaleFormat::UE8M0,
+            Fp8ScaleLayout::RowMajor,
+        ),
+    ];
+    for group in [Fp8Group::G32, Fp8Group::G64, Fp8Group::G128] {
+        for format in [Fp8ScaleFormat::F32_NO_FLOOR, Fp8ScaleFormat::UE8M0] {
+            for layout in [Fp8ScaleLayout::RowMajor, Fp8ScaleLayout::ColumnMajor] {
+                v.push(dynamic(group, format, layout));
+            }
+        }
+    }
+    v.push(dynamic(
+        Fp8Group::G128,
+        Fp8ScaleFormat::F32 { s_min: VLLM_S_MIN },
+        Fp8ScaleLayout::RowMajor,
+    ));
+    v.push(Fp8Options::mxfp8().scaling);
+    v
+}
+
+fn base(dtype: DType, m: usize, h: usize, element: Fp8Element, scaling: Fp8Scaling) -> Fp8Case {
+    Fp8Case {
+        dtype,
+        m,
+        h,
+        options: Fp8Options {
+            element,
+            scaling,
+            eps: 1e-6,
+            weight_bias: 0.0,
+        },
+        residual: true,
+        y_out: false,
+        scale_in_memory: true,
+        misaligned: false,
+        special: false,
+    }
+}
+
+/// The FP8 GPU cases (about a hundred).
+pub fn fp8_cases() -> Vec<Fp8Case> {
+    let mut out = Vec::new();
+    let rows = [1usize, 7, 130, 300];
+    let mut i = 0usize;
+    let mut vary = |mut c: Fp8Case| {
+        // Options spread over the cases by index: each appears with every kind of scaling.
+        c.residual = i % 5 != 3;
+        c.y_out = i % 4 == 1;
+        c.options.weight_bias = if i % 3 == 2 { 1.0 } else { 0.0 };
+        c.special = i % 3 == 0;
+        c.scale_in_memory = i % 2 == 0;
+        c.misaligned = i % 11 == 5;
+        i += 1;
+        c
+    };
+    for element in Fp8Element::ALL {
+        for (k, scaling) in scalings().into_iter().enumerate() {
+            for (j, h) in [128usize, 5120].into_iter().enumerate() {
+                let m = rows[(k + 2 * j + element as usize) % rows.len()];
+                out.push(vary(base(DType::BF16, m, h, element, scaling)));
+            }
+        }
+    }
+    for (k, scaling) in scalings().into_iter().enumerate() {
+        let m = rows[k % rows.len()];
+        out.push(vary(base(DType::F16, m, 2048, Fp8Element::E4M3, scaling)));
+    }
+    // Long rows: groups over a cluster at few rows, per-token rows of several warps, MXFP8
+    // with its padding, at one and at many rows.
+    let s = scalings();
+    for (m, pick) in [(1usize, [0usize, 1, 13, 16]), (300, [0, 2, 9, 16])] {
+        for k in pick {
+            out.push(vary(base(DType::BF16, m, 16384, Fp8Element::E4M3, s[k])));
+        }
+    }
+    // The smallest rows: one vector (per-tensor, per-token) and per-token rows that are
+    // one group of 4 or 8 vectors (H = 32, 64).
+    for (h, k) in [(8usize, 0usize), (8, 1), (32, 3), (64, 1), (64, 4)] {
+        out.push(vary(base(DType::BF16, 5, h, Fp8Element::E5M2, s[k])));
+    }
+    // Special per-tensor scales: 0 (inv = +Inf) and a NaN scale, by value and from memory.
+    for (scale, in_memory) in [(0.0f32, true), (f32::NAN, false), (1e-30, true)] {
+        let mut c = base(
+            DType::BF16,
+            9,
+            256,
+            Fp8Element::E4M3,
+            Fp8Scaling::PerTensor(scale),
+        );
+        c.scale_in_memory = in_memory;
+        c.special = true;
+        out.push(c);
+    }
+    // M = 0 writes nothing.
+    out.push(base(DType::BF16, 0, 1024, Fp8Element::E4M3, s[1]));
+    out
+}
