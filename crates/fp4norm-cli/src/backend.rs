@@ -1,22 +1,18 @@
 //! The backends the CLI can run the op on, behind one small interface.
 //!
-//! A [`Backend`] is a device (the CPU today; a CUDA GPU later). It turns a host
-//! [`Case`] into a [`Prepared`] call — inputs loaded where the device reads them,
-//! outputs allocated — which can be run, timed with the device's own clock, and read back
-//! as [`Outputs`]. `bench` and `verify` only talk to these two traits.
-//!
-//! **Adding the CUDA backend:** write `backend/cuda.rs` (behind `#[cfg(feature = "cuda")]`)
-//! with a `CudaBackend: Backend` whose `prepare` uploads the case and whose
-//! `Prepared::time` uses CUDA events, and `copy_baseline` a device-to-device copy; then
-//! return it from [`open_cuda`]. Nothing else in the CLI needs to change.
+//! A [`Backend`] is a device (the CPU, or a CUDA GPU in `cuda_backend.rs`). It turns a
+//! host [`Case`] (an FP4 or an FP8 call) into a [`Prepared`] call — inputs loaded where the
+//! device reads them, outputs allocated — which can be run, timed with the device's own
+//! clock, and read back as [`Outputs`]. `bench` and `verify` only talk to these two traits.
 
 use std::time::Instant;
 
-use fp4norm::{bf16, f16, Element, Fp4Out, GlobalScale, MatMut, MatRef, ScaleOut};
+use fp4norm::fp8::{Fp8Options, Fp8Out, Fp8ScaleFormat, Fp8Scales, Fp8Scaling};
+use fp4norm::{bf16, f16, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options, ScaleOut};
 use half::slice::HalfBitsSliceExt;
 use rayon::prelude::*;
 
-use crate::case::{Case, Gs, Outputs};
+use crate::case::{Case, Gs, Op, Outputs};
 use crate::CliError;
 
 /// A device the op can run on.
@@ -194,10 +190,12 @@ impl Backend for HostBackend {
     }
 
     fn prepare<'a>(&'a self, case: &'a Case) -> Result<Box<dyn Prepared + 'a>, CliError> {
+        let out = Outputs::initial(case);
         Ok(Box::new(HostPrepared {
             case,
             reference: self.reference,
-            out: Outputs::initial(case),
+            f32_scales: f32_scales_of(case, &out),
+            out,
         }))
     }
 
@@ -253,29 +251,87 @@ struct HostPrepared<'a> {
     case: &'a Case,
     reference: bool,
     out: Outputs,
+    /// FP8 f32 scales while the op writes them (`out.fp8_scales` holds their bytes once
+    /// read back): the host API takes `&mut [f32]`, which a byte buffer cannot lend.
+    f32_scales: Option<Vec<f32>>,
+}
+
+/// The f32 view of `out`'s FP8 scales when the case writes f32 scales.
+fn f32_scales_of(case: &Case, out: &Outputs) -> Option<Vec<f32>> {
+    match (&case.op, &out.fp8_scales) {
+        (
+            Op::Fp8 {
+                opts:
+                    Fp8Options {
+                        scaling:
+                            Fp8Scaling::Dynamic {
+                                format: Fp8ScaleFormat::F32 { .. },
+                                ..
+                            },
+                        ..
+                    },
+                ..
+            },
+            Some(bytes),
+        ) => Some(
+            bytes
+                .chunks(4)
+                .map(|c| {
+                    let mut w = [0u8; 4];
+                    w[..c.len()].copy_from_slice(c);
+                    f32::from_le_bytes(w)
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
 }
 
 impl Prepared for HostPrepared<'_> {
     fn run_once(&mut self) -> Result<(), fp4norm::Error> {
         let (c, o) = (self.case, &mut self.out);
+        let residual = o.residual.as_deref_mut();
+        let y_out = o.y_out.as_deref_mut();
         macro_rules! go {
-            ($t:ty) => {
-                call::<$t>(
-                    self.reference,
-                    c,
-                    c.x.reinterpret_cast::<$t>(),
-                    c.w.reinterpret_cast::<$t>(),
-                    o.residual
-                        .as_deref_mut()
-                        .map(|r| r.reinterpret_cast_mut::<$t>()),
-                    &mut o.y_fp4,
-                    o.row_major.as_deref_mut(),
-                    o.swizzled.as_deref_mut(),
-                    o.y_out
-                        .as_deref_mut()
-                        .map(|y| y.reinterpret_cast_mut::<$t>()),
-                )
-            };
+            ($t:ty) => {{
+                let x = c.x.reinterpret_cast::<$t>();
+                let w = c.w.reinterpret_cast::<$t>();
+                let residual = residual.map(|r| r.reinterpret_cast_mut::<$t>());
+                let y_out = y_out.map(|y| y.reinterpret_cast_mut::<$t>());
+                match &c.op {
+                    Op::Fp4 { opts, .. } => call::<$t>(
+                        self.reference,
+                        c,
+                        opts,
+                        x,
+                        w,
+                        residual,
+                        &mut o.q,
+                        o.row_major.as_deref_mut(),
+                        o.swizzled.as_deref_mut(),
+                        y_out,
+                    ),
+                    Op::Fp8 { opts, .. } => {
+                        let scales =
+                            match (self.f32_scales.as_deref_mut(), o.fp8_scales.as_deref_mut()) {
+                                (Some(f), _) => Fp8Scales::F32(f),
+                                (None, Some(b)) => Fp8Scales::UE8M0(b),
+                                (None, None) => Fp8Scales::None,
+                            };
+                        call_fp8::<$t>(
+                            self.reference,
+                            c,
+                            opts,
+                            x,
+                            w,
+                            residual,
+                            &mut o.q,
+                            scales,
+                            y_out,
+                        )
+                    }
+                }
+            }};
         }
         match c.dtype {
             fp4norm::DType::BF16 => go!(bf16),
@@ -285,15 +341,22 @@ impl Prepared for HostPrepared<'_> {
 
     fn reset(&mut self) -> Result<(), CliError> {
         self.out = Outputs::initial(self.case);
+        self.f32_scales = f32_scales_of(self.case, &self.out);
         Ok(())
     }
 
     fn outputs(&self) -> Result<Outputs, CliError> {
-        Ok(self.out.clone())
+        let mut out = self.out.clone();
+        if let (Some(f), Some(b)) = (&self.f32_scales, out.fp8_scales.as_mut()) {
+            for (d, v) in b.chunks_mut(4).zip(f) {
+                d.copy_from_slice(&v.to_le_bytes()[..d.len()]);
+            }
+        }
+        Ok(out)
     }
 
     fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError> {
-        Ok(self.out.rows(self.case, start, len))
+        Ok(self.outputs()?.rows(self.case, start, len))
     }
 }
 
@@ -301,6 +364,7 @@ impl Prepared for HostPrepared<'_> {
 fn call<T: Element>(
     reference: bool,
     c: &Case,
+    opts: &Options,
     x: &[T],
     w: &[T],
     residual: Option<&mut [T]>,
@@ -336,12 +400,46 @@ fn call<T: Element>(
         Some(r) => {
             let r = MatMut::with_stride(r, c.m, c.h, c.stride)?;
             if reference {
-                fp4norm::reference::add_rmsnorm_fp4quant(x, r, w, out, gs, &c.opts)
+                fp4norm::reference::add_rmsnorm_fp4quant(x, r, w, out, gs, opts)
             } else {
-                fp4norm::cpu::add_rmsnorm_fp4quant(x, r, w, out, gs, &c.opts)
+                fp4norm::cpu::add_rmsnorm_fp4quant(x, r, w, out, gs, opts)
             }
         }
-        None if reference => fp4norm::reference::rmsnorm_fp4quant(x, w, out, gs, &c.opts),
-        None => fp4norm::cpu::rmsnorm_fp4quant(x, w, out, gs, &c.opts),
+        None if reference => fp4norm::reference::rmsnorm_fp4quant(x, w, out, gs, opts),
+        None => fp4norm::cpu::rmsnorm_fp4quant(x, w, out, gs, opts),
+    }
+}
+
+/// One FP8 call (SPEC.md §8) on the host; a per-tensor scale is the options' value.
+#[allow(clippy::too_many_arguments)]
+fn call_fp8<T: Element>(
+    reference: bool,
+    c: &Case,
+    opts: &Fp8Options,
+    x: &[T],
+    w: &[T],
+    residual: Option<&mut [T]>,
+    q: &mut [u8],
+    scales: Fp8Scales<'_>,
+    y_out: Option<&mut [T]>,
+) -> Result<(), fp4norm::Error> {
+    use fp4norm::fp8::{cpu, reference as spec};
+    let x = MatRef::with_stride(x, c.m, c.h, c.stride)?;
+    let y_out = match y_out {
+        Some(y) => Some(MatMut::with_stride(y, c.m, c.h, c.stride)?),
+        None => None,
+    };
+    let out = Fp8Out { q, scales, y_out };
+    match residual {
+        Some(r) => {
+            let r = MatMut::with_stride(r, c.m, c.h, c.stride)?;
+            if reference {
+                spec::add_rmsnorm_fp8quant(x, r, w, out, opts)
+            } else {
+                cpu::add_rmsnorm_fp8quant(x, r, w, out, opts)
+            }
+        }
+        None if reference => spec::rmsnorm_fp8quant(x, w, out, opts),
+        None => cpu::rmsnorm_fp8quant(x, w, out, opts),
     }
 }

@@ -1,15 +1,18 @@
-//! `fp4norm bench`: time the op over realistic shapes, report effective bandwidth
-//! against a memcpy measured in the same run, and check every result against the reference.
+//! `fp4norm bench`: time the ops (FP4, and the FP8 family) over realistic shapes, report
+//! effective bandwidth against a memcpy measured in the same run, and check every result
+//! against the reference.
 
 use std::io::Write;
 use std::time::Instant;
 
+use fp4norm::fp8::{Fp8Problem, Fp8Scaling};
 use fp4norm::{DType, Fp4Format, Options, ScaleLayout};
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::backend::{self, median, Backend, CopyBaseline, Device, HostBackend, Prepared};
-use crate::case::{compare, Case, Gs, Outputs};
+use crate::case::{compare, Case, Gs, Op, Outputs};
+use crate::format::{parse_format, Format, Fp8Format, Fp8Kind};
 use crate::CliError;
 
 const DEFAULT_M: &[usize] = &[1, 16, 128, 1024, 4096, 16384];
@@ -27,15 +30,31 @@ const SAME_SIZE_COPY_MIN: u64 = 32 << 20;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    long_about = "Time the fused residual add + RMSNorm + FP4 quantisation over a table of decode \
-and prefill shapes (M tokens x hidden size H) and formats, and report the effective bandwidth: \
-bytes moved per call (SPEC.md §6: x, residual read + written, weight, packed FP4, scales, y_out) \
-divided by the median time of the timed calls. A plain copy of a large buffer, measured on the \
-same device in the same run (bytes read + written), is the yardstick ('vs copy').\n\n\
-Each shape gets fresh random inputs (never zero). Before timing, every output of one call \
-(packed FP4, scales including swizzle padding, updated residual, y_out) is compared byte for \
-byte with fp4norm::reference on the same inputs, every row of every shape (large shapes in parts of \
-whole 128-row tiles, the reference running on all cores). Any MISMATCH makes the exit status 1.\n\n\
+    long_about = "Time the fused residual add + RMSNorm + FP4 or FP8 quantisation over a table of \
+decode and prefill shapes (M tokens x hidden size H) and formats, and report the effective \
+bandwidth: bytes moved per call (SPEC.md §6: x, residual read + written, weight, codes (packed \
+FP4, or one byte per FP8 element), scales as written (padding included), y_out) divided by the \
+median time of the timed calls. A plain copy of a large buffer, measured on the same device in \
+the same run (bytes read + written), is the yardstick ('vs copy'); FP4 and FP8 rows of one run \
+share it and one table.\n\n\
+Formats (--format, comma-separated or repeated; FP4 and FP8 may be mixed):\n  \
+FP4 (SPEC.md §1; scales in the --layout layouts):\n    \
+nvfp4, mxfp4, or a block/scale pairing b16-e4m3, b16-ue8m0, b32-e4m3, b32-ue8m0\n  \
+FP8 (SPEC.md §8; E4M3 elements, or E5M2 with the suffix -e5m2, e.g. fp8-token-e5m2):\n    \
+fp8-tensor     per-tensor static scale (--fp8-scale; a GPU reads it from memory); no scale output\n    \
+fp8-token      per-token f32 scales, row-major [M] (floor: --fp8-scale-floor)\n    \
+fp8-group128   f32 scales per 128 elements, column-major [H/128, 4*ceil(M/4)] (DeepSeek-style);\n                   \
+also fp8-group64, fp8-group32\n    \
+mxfp8          UE8M0 scales per 32 elements, swizzled 128x4 (MXFP8)\n    \
+fp8-<token|g32|g64|g128>-<f32|ue8m0>-<row-major|column-major|swizzled>\n                   \
+any other combination (swizzled: UE8M0 in groups of 32 only)\n\
+An FP8 format names its own scale layout: --layout applies to the FP4 formats only. Group \
+formats need H a multiple of the group, the CUDA FP8 kernels H a multiple of 8.\n\n\
+Each shape gets fresh random inputs (never zero), the same for every format. Before timing, \
+every output of one call (codes, scales including layout padding, updated residual, y_out) is \
+compared byte for byte with fp4norm::reference on the same inputs, every row of every shape \
+(large shapes in parts of whole 128-row tiles, the reference running on all cores). Any \
+MISMATCH makes the exit status 1.\n\n\
 The default table (6 M x 6 H x nvfp4, mxfp4) takes about a minute on 2 cores; --quick runs \
 a few small shapes for CI. The table goes to stdout, progress (one line per shape) to stderr."
 )]
@@ -43,12 +62,15 @@ pub struct BenchArgs {
     /// Token counts M (rows), comma-separated [default: 1,16,128,1024,4096,16384]
     #[arg(long, value_name = "M,..", value_delimiter = ',', num_args = 1..)]
     m: Vec<usize>,
-    /// Hidden sizes H, comma-separated; each a multiple of the block size [default: 2048,4096,5120,7168,8192,16384]
+    /// Hidden sizes H, comma-separated; each a multiple of every format's block or group size [default: 2048,4096,5120,7168,8192,16384]
     #[arg(long, value_name = "H,..", value_delimiter = ',', num_args = 1..)]
     h: Vec<usize>,
-    /// FP4 format: nvfp4, mxfp4 or a pairing b16-ue8m0 / b32-e4m3; repeatable [default: nvfp4,mxfp4]
+    /// Formats, comma-separated or repeated; FP4 and FP8 may be mixed: nvfp4, mxfp4,
+    /// b16-ue8m0, b32-e4m3; fp8-tensor, fp8-token, fp8-group128 (and 32, 64), mxfp8, or
+    /// fp8-<token|g32|g64|g128>-<f32|ue8m0>-<layout>; suffix -e5m2 for E5M2 FP8 elements
+    /// (see --help) [default: nvfp4,mxfp4]
     #[arg(long = "format", value_name = "FORMAT", value_delimiter = ',', value_parser = parse_format)]
-    formats: Vec<Fp4Format>,
+    formats: Vec<Format>,
     /// Element type of input, residual, weight and y_out: bf16 or f16; repeatable
     #[arg(
         long = "dtype",
@@ -57,7 +79,8 @@ pub struct BenchArgs {
         default_value = "bf16"
     )]
     dtypes: Vec<DType>,
-    /// Scale layout: row-major, swizzled (128x4, what Blackwell GEMMs read) or both; repeatable
+    /// FP4 scale layout: row-major, swizzled (128x4, what Blackwell GEMMs read) or both;
+    /// repeatable (FP8 formats name their own layout)
     #[arg(
         long = "layout",
         value_name = "LAYOUT",
@@ -108,7 +131,7 @@ pub struct BenchArgs {
     /// dependent launch (CUDA, sm_90+), for the small shapes of the table
     #[arg(long)]
     pdl: bool,
-    /// Global scale (used by E4M3 scales)
+    /// FP4 global scale (used by E4M3 block scales)
     #[arg(
         long,
         value_name = "GS",
@@ -116,6 +139,61 @@ pub struct BenchArgs {
         allow_negative_numbers = true
     )]
     global_scale: f32,
+    /// The per-tensor scale s of fp8-tensor formats (q = FP8(y · RN32(1/s))); finite. On a
+    /// GPU it is read from device memory, as a captured graph needs
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    fp8_scale: f32,
+    /// Floor of f32 dynamic FP8 scales (s = max(amax/FMAX, floor)); finite, >= 0; 0: none.
+    /// vLLM's per-token quant uses 1/(448·512) = 4.3597e-6
+    #[arg(
+        long,
+        value_name = "S_MIN",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    fp8_scale_floor: f32,
+}
+
+/// A kind of row the bench measures at every shape and dtype: an FP4 format in one scale
+/// layout, or an FP8 format (whose name fixes its layout).
+#[derive(Clone, Copy, Debug)]
+enum Variant {
+    Fp4(Fp4Format, ScaleLayout),
+    Fp8(Fp8Format),
+}
+
+impl Variant {
+    /// The op of this variant with the run's options.
+    fn op(&self, a: &BenchArgs) -> Op {
+        match *self {
+            Variant::Fp4(format, layout) => Op::Fp4 {
+                opts: Options::default()
+                    .with_format(format)
+                    .with_eps(a.eps)
+                    .with_weight_bias(a.weight_bias),
+                layout,
+            },
+            Variant::Fp8(f) => Op::fp8(
+                f.options(a.fp8_scale, a.fp8_scale_floor)
+                    .with_eps(a.eps)
+                    .with_weight_bias(a.weight_bias),
+            ),
+        }
+    }
+
+    /// Progress-line label: the format, and the FP4 layout when several are measured.
+    fn label(&self, several_layouts: bool) -> String {
+        match self {
+            Variant::Fp4(f, l) if several_layouts => format!("{f}/{l}"),
+            Variant::Fp4(f, _) => f.to_string(),
+            Variant::Fp8(f) => f.to_string(),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -123,8 +201,19 @@ struct Row {
     m: usize,
     h: usize,
     dtype: String,
+    /// The format as `--format` names it.
     format: String,
+    /// The scale layout: FP4 `row-major` / `swizzled` / `both`, FP8 `row-major` /
+    /// `column-major` / `swizzled`, or `none` (a per-tensor FP8 scale writes no scales).
     layout: String,
+    /// `fp4` (SPEC.md §1) or `fp8` (SPEC.md §8).
+    op: String,
+    /// The code element: `e2m1`, `e4m3` or `e5m2`.
+    element: String,
+    /// Elements per scale (FP4 block, FP8 group; H for per-token); `None` per tensor.
+    group: Option<usize>,
+    /// How scales are stored: `e4m3` or `ue8m0` (FP4), `f32`, `ue8m0` or `static` (FP8).
+    scale_format: String,
     residual: bool,
     y_out: bool,
     bytes_moved: u64,
@@ -162,6 +251,10 @@ struct Report {
     eps: f32,
     weight_bias: f32,
     global_scale: f32,
+    /// The per-tensor scale of fp8-tensor rows.
+    fp8_scale: f32,
+    /// The floor of f32 dynamic FP8 scales.
+    fp8_scale_floor: f32,
     seed: u64,
     rows: Vec<Row>,
     all_ok: bool,
@@ -176,18 +269,35 @@ impl BenchArgs {
                 "--m {m}: M must be at least 1 (M = 0 moves no bytes)"
             ));
         }
-        let formats = if self.formats.is_empty() {
-            &[Fp4Format::NVFP4, Fp4Format::MXFP4][..]
-        } else {
-            &self.formats[..]
-        };
+        if !self.fp8_scale_floor.is_finite() || self.fp8_scale_floor < 0.0 {
+            return Err(format!(
+                "--fp8-scale-floor {}: the floor must be finite and >= 0 (0: no floor)",
+                self.fp8_scale_floor
+            ));
+        }
+        if !self.fp8_scale.is_finite() {
+            return Err(format!(
+                "--fp8-scale {}: the per-tensor scale must be finite",
+                self.fp8_scale
+            ));
+        }
         for &h in &self.h {
-            for f in formats {
-                if h == 0 || h % f.block_size() != 0 {
-                    return Err(format!(
-                        "--h {h} does not fit format {f}: H must be a positive multiple of its block size {}",
-                        f.block_size()
-                    ));
+            for f in self.formats() {
+                match f {
+                    Format::Fp4(f) => {
+                        if h == 0 || h % f.block_size() != 0 {
+                            return Err(format!(
+                                "--h {h} does not fit format {f}: H must be a positive multiple of its block size {}",
+                                f.block_size()
+                            ));
+                        }
+                    }
+                    Format::Fp8(f) => {
+                        let opts = f.options(self.fp8_scale, self.fp8_scale_floor);
+                        if let Err(e) = Fp8Problem::new(1, h, DType::BF16, &opts) {
+                            return Err(format!("--h {h} does not fit format {f}: {e}"));
+                        }
+                    }
                 }
             }
         }
@@ -211,6 +321,32 @@ impl BenchArgs {
         }
         Ok(())
     }
+
+    /// The formats to measure: as given, or NVFP4 and MXFP4.
+    fn formats(&self) -> Vec<Format> {
+        if self.formats.is_empty() {
+            vec![Format::Fp4(Fp4Format::NVFP4), Format::Fp4(Fp4Format::MXFP4)]
+        } else {
+            self.formats.clone()
+        }
+    }
+
+    /// The rows measured at each shape and dtype, in the order of `--format`: each FP4
+    /// format once per `--layout` (layouts outer, as the FP4 table always ran), each FP8
+    /// format once, in the first layout's pass.
+    fn variants(&self) -> Vec<Variant> {
+        let mut v = Vec::new();
+        for (i, &layout) in self.layouts.iter().enumerate() {
+            for f in self.formats() {
+                match f {
+                    Format::Fp4(f) => v.push(Variant::Fp4(f, layout)),
+                    Format::Fp8(f) if i == 0 => v.push(Variant::Fp8(f)),
+                    Format::Fp8(_) => {}
+                }
+            }
+        }
+        v
+    }
 }
 
 pub fn run(a: BenchArgs) -> Result<bool, CliError> {
@@ -233,16 +369,28 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
             (false, false) => DEFAULT_H,
         },
     );
-    let formats = if a.formats.is_empty() {
-        vec![Fp4Format::NVFP4, Fp4Format::MXFP4]
-    } else {
-        a.formats.clone()
-    };
+    let formats = a.formats();
+    let variants = a.variants();
+    let fp8: Vec<Fp8Format> = formats
+        .iter()
+        .filter_map(|f| match f {
+            Format::Fp8(f) => Some(*f),
+            Format::Fp4(_) => None,
+        })
+        .collect();
+    let has_fp4 = formats.iter().any(|f| matches!(f, Format::Fp4(_)));
+    // The CUDA FP8 kernels move rows as 8-element vectors; said before any work rather
+    // than as an error halfway through the table.
+    if gpu && !fp8.is_empty() {
+        if let Some(h) = hs.iter().find(|&&h| h % 8 != 0) {
+            return Err(CliError(format!(
+                "--h {h}: the CUDA FP8 kernels need H a multiple of 8; use such an H, FP4 formats \
+                 only, or --device cpu"
+            )));
+        }
+    }
     let do_check = a.check || !a.no_check; // the last of --check / --no-check wins
     let target_s = if a.quick { 0.02 } else { 0.15 };
-    let opts = Options::default()
-        .with_eps(a.eps)
-        .with_weight_bias(a.weight_bias);
 
     let json_stdout = a.json.as_deref() == Some("-");
     // Open the JSON file now, so that a bad path fails before a long run.
@@ -295,13 +443,45 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
             "launch floor: {us:.2} µs per launch of a one-CTA kernel that moves 16 bytes, replayed from a CUDA graph (500 per graph)"
         )?;
     }
+    let mut settings = vec![format!("eps {:e}", a.eps)];
+    if a.weight_bias != 0.0 {
+        settings.push(format!("weight bias {}", a.weight_bias));
+    }
+    if has_fp4 {
+        settings.push(format!("FP4 global scale {}", a.global_scale));
+    }
+    if fp8.iter().any(|f| f.kind == Fp8Kind::PerTensor) {
+        settings.push(format!(
+            "FP8 per-tensor scale {}{}",
+            a.fp8_scale,
+            if gpu {
+                " (read from device memory)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if a.fp8_scale_floor != 0.0 && fp8.iter().any(|f| f.scale_format_name() == "f32") {
+        settings.push(format!("FP8 f32 scale floor {:e}", a.fp8_scale_floor));
+    }
+    settings.push(format!(
+        "y_out {}",
+        if a.y_out { "written" } else { "not written" }
+    ));
     writeln!(
         out,
-        "op: {} + RMSNorm + FP4 quantisation, eps {:e}, global scale {}, y_out {}; bytes per call as in SPEC.md §6",
-        if a.no_residual { "no residual" } else { "residual add (in place)" },
-        a.eps,
-        a.global_scale,
-        if a.y_out { "written" } else { "not written" }
+        "op: {} + RMSNorm + {} quantisation, {}; bytes per call as in SPEC.md §6",
+        if a.no_residual {
+            "no residual"
+        } else {
+            "residual add (in place)"
+        },
+        match (has_fp4, !fp8.is_empty()) {
+            (true, true) => "FP4 / FP8",
+            (false, true) => "FP8",
+            _ => "FP4",
+        },
+        settings.join(", ")
     )?;
     writeln!(out)?;
 
@@ -320,35 +500,30 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
                     .wrapping_mul(0x9E37_79B9)
                     .wrapping_add((m as u64) << 32 | h as u64)
                     ^ dtype as u64;
-                let mut case = Case::random(m, h, dtype, a.layouts[0], opts, seed);
+                // One set of inputs per shape and dtype, shared by every format.
+                let mut case = Case::random_op(m, h, dtype, variants[0].op(&a), seed);
                 case.gs = Gs::Uniform(a.global_scale);
                 case.y_out = a.y_out;
                 if a.no_residual {
                     case.residual = None;
                 }
-                for &layout in &a.layouts {
-                    for &format in &formats {
-                        case.layout = layout;
-                        case.opts = opts.with_format(format);
-                        let row = bench_one(&*backend, &case, &a, do_check, target_s, &copy)?;
-                        let mut label = format.to_string();
-                        if a.layouts.len() > 1 {
-                            label = format!("{label}/{layout}");
-                        }
-                        if a.dtypes.len() > 1 {
-                            label = format!("{label}/{dtype}");
-                        }
-                        progress.push_str(&format!(
-                            "  {label} {:.1} GB/s{}",
-                            row.gb_per_s,
-                            if do_check {
-                                format!(" {}", row.check)
-                            } else {
-                                String::new()
-                            }
-                        ));
-                        rows.push(row);
+                for v in &variants {
+                    case.op = v.op(&a);
+                    let row = bench_one(&*backend, &case, &a, do_check, target_s, &copy)?;
+                    let mut label = v.label(a.layouts.len() > 1);
+                    if a.dtypes.len() > 1 {
+                        label = format!("{label}/{dtype}");
                     }
+                    progress.push_str(&format!(
+                        "  {label} {:.1} GB/s{}",
+                        row.gb_per_s,
+                        if do_check {
+                            format!(" {}", row.check)
+                        } else {
+                            String::new()
+                        }
+                    ));
+                    rows.push(row);
                 }
             }
             eprintln!("{progress}  ({:.1} s)", t_shape.elapsed().as_secs_f64());
@@ -363,16 +538,28 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
             out,
             "programmatic dependent launch: graph of N x (previous kernel: 1 MiB copy -> fp4norm), µs per pair"
         )?;
+        let pdl_variants: Vec<&Variant> = variants
+            .iter()
+            .filter(|v| match v {
+                Variant::Fp4(_, l) => *l == a.layouts[0],
+                Variant::Fp8(_) => true,
+            })
+            .collect();
+        let fw = pdl_variants
+            .iter()
+            .map(|v| v.label(false).len())
+            .max()
+            .unwrap_or(0)
+            .max(9);
         writeln!(
             out,
-            "{:>6} {:>6}  {:<9} {:>10} {:>10} {:>7}",
+            "{:>6} {:>6}  {:<fw$} {:>10} {:>10} {:>7}",
             "M", "H", "format", "no PDL", "PDL", "gain"
         )?;
         for &m in ms.iter().filter(|&&m| m <= 1024) {
             for &h in hs.iter().filter(|&&h| h <= 8192) {
-                for &format in &formats {
-                    let mut case = Case::random(m, h, a.dtypes[0], a.layouts[0], opts, a.seed);
-                    case.opts = opts.with_format(format);
+                for v in &pdl_variants {
+                    let case = Case::random_op(m, h, a.dtypes[0], v.op(&a), a.seed);
                     match backend.pdl_chain(&case) {
                         None => {
                             writeln!(out, "(this backend has no programmatic dependent launch)")?;
@@ -382,10 +569,10 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
                             let (plain, pdl) = r?;
                             writeln!(
                                 out,
-                                "{:>6} {:>6}  {:<9} {:>10} {:>10} {:>6.1}%",
+                                "{:>6} {:>6}  {:<fw$} {:>10} {:>10} {:>6.1}%",
                                 m,
                                 h,
-                                format.to_string(),
+                                v.label(false),
                                 fmt_us(plain * 1e6),
                                 fmt_us(pdl * 1e6),
                                 100.0 * (plain - pdl) / plain
@@ -400,7 +587,7 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
     if do_check {
         writeln!(
             out,
-            "check: each row's outputs (packed FP4, scales incl. swizzle padding, residual, y_out) from one call \
+            "check: each row's outputs (codes, scales incl. layout padding, residual, y_out) from one call \
              compared byte for byte with fp4norm::reference on the same inputs, every row (shapes above {}M elements \
              in parts of whole 128-row tiles, the reference on all cores).",
             CHECK_PART_ELEMS >> 20
@@ -459,6 +646,8 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
             eps: a.eps,
             weight_bias: a.weight_bias,
             global_scale: a.global_scale,
+            fp8_scale: a.fp8_scale,
+            fp8_scale_floor: a.fp8_scale_floor,
             seed: a.seed,
             rows,
             all_ok,
@@ -474,13 +663,6 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
         }
     }
     Ok(all_ok)
-}
-
-/// `--format`: the library's names, with a message that lists every choice.
-pub fn parse_format(s: &str) -> Result<Fp4Format, String> {
-    s.parse::<Fp4Format>().map_err(|_| {
-        format!("unknown format {s:?}: use nvfp4, mxfp4, or a block/scale pairing b16-e4m3, b16-ue8m0, b32-e4m3, b32-ue8m0")
-    })
 }
 
 fn pick(given: &[usize], default: &[usize]) -> Vec<usize> {
@@ -547,12 +729,33 @@ fn bench_one(
     } else {
         None
     };
+    let (op, element, group, scale_format) = match &case.op {
+        Op::Fp4 { opts, .. } => (
+            "fp4",
+            "e2m1".to_string(),
+            Some(opts.format.block_size()),
+            opts.format.scale.name().to_string(),
+        ),
+        Op::Fp8 { opts, .. } => (
+            "fp8",
+            opts.element.to_string(),
+            match opts.scaling {
+                Fp8Scaling::PerTensor(_) => None,
+                Fp8Scaling::Dynamic { group, .. } => Some(group.size(case.h)),
+            },
+            Fp8Format::of(opts).scale_format_name().to_string(),
+        ),
+    };
     Ok(Row {
         m: case.m,
         h: case.h,
         dtype: case.dtype.to_string(),
-        format: case.opts.format.to_string(),
-        layout: case.layout.to_string(),
+        format: case.op.format_name(),
+        layout: case.op.layout_name().to_string(),
+        op: op.into(),
+        element,
+        group,
+        scale_format,
         residual: case.residual.is_some(),
         y_out: case.y_out,
         bytes_moved: bytes,
@@ -661,9 +864,22 @@ fn fmt_mb(bytes: u64) -> String {
 
 fn print_table(out: &mut dyn Write, rows: &[Row], do_check: bool) -> Result<(), CliError> {
     let graphs = rows.iter().any(|r| r.graph_us.is_some());
+    // Columns as wide as the longest format and layout name (FP8 names run longer).
+    let fw = rows
+        .iter()
+        .map(|r| r.format.len())
+        .max()
+        .unwrap_or(0)
+        .max(9);
+    let lw = rows
+        .iter()
+        .map(|r| r.layout.len())
+        .max()
+        .unwrap_or(0)
+        .max(9);
     writeln!(
         out,
-        "{:>6} {:>6}  {:<9} {:<5} {:<9} {:>9} {:>5} {:>10} {:>7} {:>7}{}  check",
+        "{:>6} {:>6}  {:<fw$} {:<5} {:<lw$} {:>9} {:>5} {:>10} {:>7} {:>7}{}  check",
         "M",
         "H",
         "format",
@@ -707,7 +923,7 @@ fn print_table(out: &mut dyn Write, rows: &[Row], do_check: bool) -> Result<(), 
         };
         writeln!(
             out,
-            "{:>6} {:>6}  {:<9} {:<5} {:<9} {:>9} {:>5} {:>10} {:>7.1} {:>6.1}%{}  {}",
+            "{:>6} {:>6}  {:<fw$} {:<5} {:<lw$} {:>9} {:>5} {:>10} {:>7.1} {:>6.1}%{}  {}",
             r.m,
             r.h,
             r.format,
@@ -723,4 +939,66 @@ fn print_table(out: &mut dyn Write, rows: &[Row], do_check: bool) -> Result<(), 
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp4norm::fp8::{Fp8Element, Fp8Group, Fp8Options, Fp8ScaleFormat, Fp8ScaleLayout};
+
+    /// A backend's call whose outputs have one FP8 scale byte flipped.
+    struct OneWrongByte<'a> {
+        inner: Box<dyn Prepared + 'a>,
+        case: &'a Case,
+        at: usize,
+    }
+
+    impl Prepared for OneWrongByte<'_> {
+        fn run_once(&mut self) -> Result<(), fp4norm::Error> {
+            self.inner.run_once()
+        }
+        fn reset(&mut self) -> Result<(), CliError> {
+            self.inner.reset()
+        }
+        fn outputs(&self) -> Result<Outputs, CliError> {
+            let mut o = self.inner.outputs()?;
+            o.fp8_scales.as_mut().expect("FP8 scales")[self.at] ^= 0x01;
+            Ok(o)
+        }
+        fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError> {
+            Ok(self.outputs()?.rows(self.case, start, len))
+        }
+    }
+
+    #[test]
+    fn the_check_finds_a_wrong_fp8_scale_and_passes_right_ones() {
+        let opts = Fp8Options::dynamic(
+            Fp8Element::E5M2,
+            Fp8Group::G128,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        let case = Case::random_op(7, 256, DType::F16, Op::fp8(opts), 11);
+        let cpu = HostBackend::fast();
+        let mut right = cpu.prepare(&case).unwrap();
+        right.run_once().unwrap();
+        assert!(matches!(
+            check_against_reference(&case, &*right),
+            Ok((7, None))
+        ));
+        // Scale (row 5, group 1): element 1·8 + 5, its lowest byte.
+        let mut wrong = OneWrongByte {
+            inner: cpu.prepare(&case).unwrap(),
+            case: &case,
+            at: 4 * 13,
+        };
+        wrong.run_once().unwrap();
+        let (rows, mismatch) = check_against_reference(&case, &wrong).unwrap();
+        let m = mismatch.expect("a mismatch");
+        assert_eq!(rows, 7);
+        assert!(
+            m.starts_with("FP8 f32 scales scale 13 (column-major: row 5, group 1)"),
+            "{m}"
+        );
+    }
 }

@@ -1,16 +1,17 @@
 //! The CUDA backend of the CLI: uploads a [`Case`], runs `fp4norm::cuda` through its raw
-//! entry point (as a C++ engine or PyTorch would), times with CUDA events, and also as
-//! CUDA-graph replay.
+//! entry points (as a C++ engine or PyTorch would: `launch_raw` for the FP4 op,
+//! `launch_fp8_raw` for the FP8 ops), times with CUDA events, and also as CUDA-graph replay.
 
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
-use fp4norm::cuda::Gpu;
+use fp4norm::cuda::{Gpu, LaunchOptions};
+use fp4norm::fp8::{Fp8Scaling, RawFp8Call};
 use fp4norm::ScaleOut;
 use fp4norm::{RawBuf, RawCall, RawGlobalScale, RawMat};
 
 use crate::backend::{median, Backend, CopyBaseline, Prepared};
-use crate::case::{compare, Case, Gs, Outputs, OUT_CANARY, Y_OUT_CANARY};
+use crate::case::{compare, Case, Fp8ScaleGeom, Gs, Op, Outputs, OUT_CANARY, Y_OUT_CANARY};
 use crate::CliError;
 
 fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> CliError + '_ {
@@ -94,7 +95,8 @@ impl CudaBackend {
             opts,
             0x7u64 ^ (m * h) as u64,
         );
-        let p = case.problem()?;
+        let problem = case.problem()?;
+        let p = *problem.fp4().expect("the tuning's calls are FP4");
         let mut prep = CudaPrepared::new(self, &case)?;
         let shape_now = || {
             let c = internal::config(&self.gpu, &p, GsMode::Uniform, true);
@@ -334,18 +336,26 @@ fn time_events(
     Ok(start.elapsed_ms(&end).map_err(cuda_err("reading events"))? as f64 * 1e-3)
 }
 
+/// The device call a [`CudaPrepared`] launches.
+enum DeviceCall {
+    Fp4(RawCall),
+    Fp8(RawFp8Call),
+}
+
 struct CudaPrepared<'a> {
     be: &'a CudaBackend,
     case: &'a Case,
     _x: CudaSlice<u16>,
     residual: Option<CudaSlice<u16>>,
     _w: CudaSlice<u16>,
-    _gs: CudaSlice<f32>,
-    y_fp4: CudaSlice<u8>,
+    /// The FP4 global scale(s), or an FP8 per-tensor scale passed by address.
+    _scale: Option<CudaSlice<f32>>,
+    q: CudaSlice<u8>,
     row_major: Option<CudaSlice<u8>>,
     swizzled: Option<CudaSlice<u8>>,
+    fp8_scales: Option<CudaSlice<u8>>,
     y_out: Option<CudaSlice<u16>>,
-    call: RawCall,
+    call: DeviceCall,
 }
 
 impl<'a> CudaPrepared<'a> {
@@ -366,31 +376,39 @@ impl<'a> CudaPrepared<'a> {
         let x = up16(&case.x)?;
         let residual = case.residual.as_deref().map(up16).transpose()?;
         let w = up16(&case.w)?;
-        let gs_host: Vec<f32> = match &case.gs {
-            Gs::Uniform(g) => vec![*g],
-            Gs::PerRow(v) if v.is_empty() => vec![0.0],
-            Gs::PerRow(v) => v.clone(),
-        };
-        let gs = s.clone_htod(&gs_host).map_err(cuda_err("uploading"))?;
-        let y_fp4 = up8(init.y_fp4.len(), OUT_CANARY)?;
-        let row_major = init
-            .row_major
-            .as_ref()
-            .map(|v| up8(v.len(), OUT_CANARY))
-            .transpose()?;
-        let swizzled = init
-            .swizzled
-            .as_ref()
-            .map(|v| up8(v.len(), OUT_CANARY))
-            .transpose()?;
+        let q = up8(init.q.len(), OUT_CANARY)?;
+        let canaries =
+            |v: &Option<Vec<u8>>| v.as_ref().map(|v| up8(v.len(), OUT_CANARY)).transpose();
+        let row_major = canaries(&init.row_major)?;
+        let swizzled = canaries(&init.swizzled)?;
+        let fp8_scales = canaries(&init.fp8_scales)?;
         let y_out = init
             .y_out
             .as_ref()
             .map(|v| up16(&vec![Y_OUT_CANARY; v.len()]))
             .transpose()?;
+        let scale_host: Option<Vec<f32>> = match &case.op {
+            Op::Fp4 { .. } => Some(match &case.gs {
+                Gs::Uniform(g) => vec![*g],
+                Gs::PerRow(v) if v.is_empty() => vec![0.0],
+                Gs::PerRow(v) => v.clone(),
+            }),
+            Op::Fp8 {
+                opts,
+                scale_in_memory: true,
+            } => match opts.scaling {
+                Fp8Scaling::PerTensor(v) => Some(vec![v]),
+                Fp8Scaling::Dynamic { .. } => None,
+            },
+            Op::Fp8 { .. } => None,
+        };
+        let scale = scale_host
+            .map(|v| s.clone_htod(&v).map_err(cuda_err("uploading")))
+            .transpose()?;
 
         let ptr16 = |b: &CudaSlice<u16>| b.device_ptr(s).0;
         let ptr8 = |b: &CudaSlice<u8>| b.device_ptr(s).0;
+        let ptr32 = |b: &CudaSlice<f32>| b.device_ptr(s).0;
         let mat = |b: &CudaSlice<u16>, len: usize| RawMat {
             ptr: ptr16(b),
             rows: case.m,
@@ -398,31 +416,69 @@ impl<'a> CudaPrepared<'a> {
             row_stride: case.stride,
             len: Some(len),
         };
-        let buf8 = |b: &CudaSlice<u8>| RawBuf::new(ptr8(b), b.len());
-        let scales = match (&row_major, &swizzled) {
-            (Some(r), Some(sw)) => ScaleOut::Both {
-                row_major: buf8(r),
-                swizzled: buf8(sw),
-            },
-            (Some(r), None) => ScaleOut::RowMajor(buf8(r)),
-            (None, Some(sw)) => ScaleOut::Swizzled(buf8(sw)),
-            (None, None) => return Err(CliError("a case needs a scale layout".into())),
-        };
-        let call = RawCall {
-            dtype: case.dtype,
-            x: mat(&x, case.x.len()),
-            residual: residual.as_ref().map(|r| mat(r, case.x.len())),
-            weight: RawBuf::new(ptr16(&w), case.w.len()),
-            y_fp4: RawBuf::new(ptr8(&y_fp4), init.y_fp4.len()),
-            scales,
-            y_out: y_out
-                .as_ref()
-                .map(|y| mat(y, init.y_out.as_ref().map_or(0, Vec::len))),
-            global_scale: match &case.gs {
-                Gs::Uniform(_) => RawGlobalScale::Uniform(RawBuf::new(ptr8_f32(&gs, s), 1)),
-                Gs::PerRow(v) => RawGlobalScale::PerRow(RawBuf::new(ptr8_f32(&gs, s), v.len())),
-            },
-            options: case.opts,
+        let buf8 = |b: &CudaSlice<u8>, len: usize| RawBuf::new(ptr8(b), len);
+        let y_out_mat = y_out
+            .as_ref()
+            .map(|y| mat(y, init.y_out.as_ref().map_or(0, Vec::len)));
+        let call = match &case.op {
+            Op::Fp4 { opts, .. } => {
+                let scales = match (&row_major, &swizzled) {
+                    (Some(r), Some(sw)) => ScaleOut::Both {
+                        row_major: buf8(r, init.row_major.as_ref().map_or(0, Vec::len)),
+                        swizzled: buf8(sw, init.swizzled.as_ref().map_or(0, Vec::len)),
+                    },
+                    (Some(r), None) => {
+                        ScaleOut::RowMajor(buf8(r, init.row_major.as_ref().map_or(0, Vec::len)))
+                    }
+                    (None, Some(sw)) => {
+                        ScaleOut::Swizzled(buf8(sw, init.swizzled.as_ref().map_or(0, Vec::len)))
+                    }
+                    (None, None) => return Err(CliError("a case needs a scale layout".into())),
+                };
+                let gs = scale.as_ref().expect("FP4 cases upload a global scale");
+                DeviceCall::Fp4(RawCall {
+                    dtype: case.dtype,
+                    x: mat(&x, case.x.len()),
+                    residual: residual.as_ref().map(|r| mat(r, case.x.len())),
+                    weight: RawBuf::new(ptr16(&w), case.w.len()),
+                    y_fp4: buf8(&q, init.q.len()),
+                    scales,
+                    y_out: y_out_mat,
+                    global_scale: match &case.gs {
+                        Gs::Uniform(_) => RawGlobalScale::Uniform(RawBuf::new(ptr32(gs), 1)),
+                        Gs::PerRow(v) => RawGlobalScale::PerRow(RawBuf::new(ptr32(gs), v.len())),
+                    },
+                    options: *opts,
+                })
+            }
+            Op::Fp8 { opts, .. } => {
+                // Scale lengths are in elements: f32 values or UE8M0 bytes.
+                let geom = Fp8ScaleGeom::of(case.m, case.h, opts);
+                let call = RawFp8Call {
+                    dtype: case.dtype,
+                    x: mat(&x, case.x.len()),
+                    residual: residual.as_ref().map(|r| mat(r, case.x.len())),
+                    weight: RawBuf::new(ptr16(&w), case.w.len()),
+                    q: buf8(&q, init.q.len()),
+                    scales: fp8_scales.as_ref().zip(geom).map(|(b, g)| buf8(b, g.len)),
+                    static_scale: scale.as_ref().map(|b| RawBuf::new(ptr32(b), 1)),
+                    y_out: y_out_mat,
+                    options: *opts,
+                };
+                // Compile and load the kernel now, so that timing and graph capture find it
+                // ready; a call the library refuses is left to `launch` to report, as the
+                // FP4 path does.
+                if let Ok(checked) = call.validate() {
+                    if case.m > 0 && case.h % 8 == 0 {
+                        be.gpu.prepare_fp8(
+                            &checked.problem,
+                            call.static_scale.is_some(),
+                            checked.vector_aligned,
+                        )?;
+                    }
+                }
+                DeviceCall::Fp8(call)
+            }
         };
         Ok(CudaPrepared {
             be,
@@ -430,20 +486,30 @@ impl<'a> CudaPrepared<'a> {
             _x: x,
             residual,
             _w: w,
-            _gs: gs,
-            y_fp4,
+            _scale: scale,
+            q,
             row_major,
             swizzled,
+            fp8_scales,
             y_out,
             call,
         })
     }
 
     fn launch(&self) -> Result<(), fp4norm::Error> {
+        let stream = self.be.stream.cu_stream();
+        // SAFETY: every pointer of the call is a live allocation of this GPU made in `new`
+        // with the length the call gives (the buffers live as long as `self`), and the
+        // stream belongs to the GPU's context.
         unsafe {
-            self.be
-                .gpu
-                .launch_raw(self.be.stream.cu_stream(), &self.call)
+            match &self.call {
+                DeviceCall::Fp4(c) => self.be.gpu.launch_raw(stream, c),
+                DeviceCall::Fp8(c) => {
+                    self.be
+                        .gpu
+                        .launch_fp8_raw(stream, c, &LaunchOptions::default())
+                }
+            }
         }
     }
 
@@ -456,10 +522,6 @@ impl<'a> CudaPrepared<'a> {
         let times = graph_replay_times(&self.be.stream, replays, calls)?;
         Ok(times.into_iter().map(|t| t / per_graph as f64).collect())
     }
-}
-
-fn ptr8_f32(b: &CudaSlice<f32>, s: &Arc<CudaStream>) -> u64 {
-    b.device_ptr(s).0
 }
 
 impl Prepared for CudaPrepared<'_> {
@@ -478,9 +540,10 @@ impl Prepared for CudaPrepared<'_> {
             sys::cuMemsetD8Async(b.device_ptr(s).0, OUT_CANARY, b.len(), s.cu_stream())
         };
         for b in [
-            Some(&mut self.y_fp4),
+            Some(&mut self.q),
             self.row_major.as_mut(),
             self.swizzled.as_mut(),
+            self.fp8_scales.as_mut(),
         ]
         .into_iter()
         .flatten()
@@ -515,12 +578,16 @@ impl Prepared for CudaPrepared<'_> {
             Ok(v)
         };
         Ok(Outputs {
-            y_fp4: down8(&self.y_fp4, init.y_fp4.len())?,
+            q: down8(&self.q, init.q.len())?,
             row_major: match (&self.row_major, &init.row_major) {
                 (Some(b), Some(v)) => Some(down8(b, v.len())?),
                 _ => None,
             },
             swizzled: match (&self.swizzled, &init.swizzled) {
+                (Some(b), Some(v)) => Some(down8(b, v.len())?),
+                _ => None,
+            },
+            fp8_scales: match (&self.fp8_scales, &init.fp8_scales) {
                 (Some(b), Some(v)) => Some(down8(b, v.len())?),
                 _ => None,
             },
@@ -562,7 +629,7 @@ impl Prepared for CudaPrepared<'_> {
     }
 }
 
-// The device buffers (x, w, gs included) live as long as the call that points at them;
+// The device buffers (x, w and the scale included) live as long as the call that points at them;
 // wait for queued work before they are freed.
 impl Drop for CudaPrepared<'_> {
     fn drop(&mut self) {

@@ -9,6 +9,7 @@ mod bench;
 mod case;
 #[cfg(feature = "cuda")]
 mod cuda_backend;
+mod format;
 mod info;
 mod tune;
 mod verify;
@@ -39,10 +40,11 @@ impl From<std::io::Error> for CliError {
 #[command(
     name = "fp4norm",
     version,
-    about = "Benchmark and verify fp4norm: fused residual add + RMSNorm + FP4 (NVFP4/MXFP4) quantisation",
+    about = "Benchmark and verify fp4norm: fused residual add + RMSNorm + FP4 (NVFP4/MXFP4) or FP8 quantisation",
     long_about = "Benchmark and verify fp4norm: fused residual add + RMSNorm + FP4 (NVFP4/MXFP4) \
-block quantisation, bit-exact to SPEC.md.\n\n\
-  fp4norm bench    time the op over decode/prefill shapes, report GB/s vs a memcpy, check the bytes\n\
+block quantisation, and its FP8 siblings (per-tensor, per-token, per-group, MXFP8; E4M3/E5M2), \
+bit-exact to SPEC.md.\n\n\
+  fp4norm bench    time the ops over decode/prefill shapes, report GB/s vs a memcpy, check the bytes\n\
   fp4norm verify   random and edge-case inputs through every backend, byte for byte vs the reference\n\
   fp4norm info     version, formats, layouts and available backends\n\
   fp4norm tune     measure launch shapes on this GPU and write the table fp4norm then uses\n\n\
@@ -55,13 +57,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Time the op over a table of shapes; effective GB/s vs a memcpy; check against the reference.
+    // The one-line summaries are `about` attributes, not doc comments: a doc comment here
+    // would also reset each subcommand's long help (its argument struct's `long_about`),
+    // which is where `--help` documents the formats, groups and measurements.
+    #[command(
+        about = "Time the FP4 and FP8 ops over a table of shapes; effective GB/s vs a memcpy; check against the reference"
+    )]
     Bench(bench::BenchArgs),
-    /// Run random and edge-case inputs through every backend and compare byte for byte with the reference.
+    #[command(
+        about = "Run random and edge-case inputs (FP4 and FP8 ops) through every backend and compare byte for byte with the reference"
+    )]
     Verify(verify::VerifyArgs),
     /// Print the version, formats, layouts and which backends are available.
     Info,
-    /// Measure launch shapes on this GPU and write the fastest per bucket to the table fp4norm then uses.
+    #[command(
+        about = "Measure launch shapes on this GPU and write the fastest per bucket to the table fp4norm then uses"
+    )]
     Tune(tune::TuneArgs),
 }
 
@@ -139,7 +150,27 @@ mod tests {
         ])
         .unwrap();
         assert!(matches!(cli.command, Command::Bench(_)));
+        let cli = Cli::try_parse_from([
+            "fp4norm",
+            "bench",
+            "--format",
+            "nvfp4,fp8-token,mxfp8",
+            "--format",
+            "fp8-g64-ue8m0-column-major-e5m2",
+            "--fp8-scale",
+            "-0.5",
+            "--fp8-scale-floor",
+            "4.3597e-6",
+        ])
+        .unwrap();
+        let Command::Bench(b) = cli.command else {
+            unreachable!()
+        };
+        assert!(b.check_usage().is_ok());
         assert!(Cli::try_parse_from(["fp4norm", "bench", "--format", "fp5"]).is_err());
+        assert!(
+            Cli::try_parse_from(["fp4norm", "bench", "--format", "fp8-g32-f32-swizzled"]).is_err()
+        );
         assert!(Cli::try_parse_from(["fp4norm", "bench", "--device", "tpu"]).is_err());
     }
 
@@ -152,6 +183,13 @@ mod tests {
             &["--reps", "0"],
             &["--copy-mib", "0"],
             &["--eps", "-1"],
+            &["--h", "48", "--format", "mxfp8"],
+            &["--h", "4160", "--format", "fp8-group128"],
+            &["--h", "64", "--format", "fp8-token-ue8m0-swizzled"],
+            &["--h", "0", "--format", "fp8-tensor"],
+            &["--format", "fp8-token", "--fp8-scale-floor", "-1"],
+            &["--format", "fp8-token", "--fp8-scale-floor", "nan"],
+            &["--format", "fp8-tensor", "--fp8-scale", "inf"],
         ] {
             let cli = Cli::try_parse_from(["fp4norm", "bench"].iter().chain(args)).unwrap();
             let Command::Bench(b) = cli.command else {

@@ -1,15 +1,18 @@
 //! `fp4norm verify`: random and edge-case inputs through every backend, compared byte
-//! for byte with `fp4norm::reference`.
+//! for byte with `fp4norm::reference`, for the FP4 op (SPEC.md §1) and the FP8 ops (§8;
+//! their groups are in [`fp8`]).
 //!
 //! Verdicts per (case, backend):
 //! * the reference accepts the case: the backend must produce identical bytes in every
-//!   output (packed FP4, scales with swizzle padding, residual with strided gaps, y_out);
+//!   output (codes, scales with layout padding, residual with strided gaps, y_out);
 //!   a backend may refuse a case it does not implement (`Unsupported`, `Misaligned`:
 //!   SPEC.md allows refusing with a clear error) — counted as skipped;
 //! * the reference rejects the case: the backend must reject it too, having written nothing.
 
 // The case builders index x and the residual with the same element index.
 #![allow(clippy::needless_range_loop)]
+
+mod fp8;
 
 use std::time::Instant;
 
@@ -24,16 +27,26 @@ use crate::CliError;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    long_about = "Run random and edge-case inputs through every backend present (today: the CPU \
-fast path) and compare every output byte for byte with fp4norm::reference, the executable form \
-of SPEC.md: packed FP4, block scales (swizzle padding must be 0), the updated residual (gaps of \
-strided rows must stay untouched) and y_out. Every output buffer starts filled with a canary, so \
-a byte a backend forgets to write is caught too.\n\n\
-Case groups: every format pairing x layout x dtype x residual x y_out; odd M (0, 1, 7, 127, 129, \
-...); NaN/Inf/zero rows and blocks; subnormals; exact ties of every rounding step; huge values \
-and overflow; eps from 0 to f32::MAX; per-row and extreme global scales; strided rows; narrow and \
-wide H; random mixtures (--cases of them); and bad inputs, which every backend must reject \
-without writing anything.\n\n\
+    long_about = "Run random and edge-case inputs through every backend present (the CPU fast \
+path, and the CUDA GPU when there is one) and compare every output byte for byte with \
+fp4norm::reference, the executable form of SPEC.md: codes (packed FP4, or FP8), scales (layout \
+padding must be 0), the updated residual (gaps of strided rows must stay untouched) and y_out. \
+Every output buffer starts filled with a canary, so a byte a backend forgets to write is caught \
+too, and every call runs twice: a backend must be deterministic.\n\n\
+FP4 op (SPEC.md §1) groups: every format pairing x layout x dtype x residual x y_out; odd M (0, \
+1, 7, 127, 129, ...); NaN/Inf/zero rows and blocks; subnormals; exact ties of every rounding \
+step; huge values and overflow; eps from 0 to f32::MAX; weight biases; per-row and extreme \
+global scales; strided rows; narrow and wide H; random mixtures (--cases of them); and bad \
+inputs, which every backend must reject without writing anything.\n\n\
+FP8 op (SPEC.md §8) groups, named fp8-*: both elements (E4M3, E5M2) x every scaling (per-tensor \
+static scale; per token and groups of 32, 64, 128 with f32 scales, floored or not, or UE8M0 \
+codes, row- or column-major; MXFP8's swizzled layout) x dtype x residual x y_out; then the same \
+edge cases as FP4 over each kind of scaling, plus per-tensor scales of every kind (0, negative, \
+±Inf, NaN; read from memory and by value), f32 scale floors, H from 1 (per-tensor and per-token \
+take any H) to 32768, and FP8 bad inputs (H not a multiple of the group, swizzled without UE8M0 \
+in groups of 32, invalid floors). A backend that refuses a valid case it does not implement \
+(e.g. the CUDA FP8 kernels, H not a multiple of 8) counts it as skipped.\n\n\
+--group fp8 runs the FP8 groups only; --group random both random groups.\n\n\
 Prints one summary line per group and a final 'N passed, N failed' line; the exit status is 1 \
 if anything failed."
 )]
@@ -41,10 +54,11 @@ pub struct VerifyArgs {
     /// Seed of every random choice (the same seed gives the same cases)
     #[arg(long, default_value_t = 2024)]
     seed: u64,
-    /// Number of cases in the 'random' group (the other groups have a fixed size)
+    /// Number of cases in each random group, 'random' and 'fp8-random' (the other groups
+    /// have a fixed size)
     #[arg(long, default_value_t = 300, value_name = "N")]
     cases: usize,
-    /// Only run the groups whose name contains this text
+    /// Only run the groups whose name contains this text (fp8: the FP8 groups)
     #[arg(long, value_name = "TEXT")]
     group: Option<String>,
     /// Print every case as it runs
@@ -141,6 +155,90 @@ const GROUPS: &[Group] = &[
         expect_error: true,
         make: bad_input,
     },
+    Group {
+        name: "fp8-scalings",
+        about: "FP8: 2 elements x 26 scalings (tensor; token/32/64/128 x f32/floored/ue8m0 x row/col; mxfp8) x 2 dtypes x residual x y_out",
+        expect_error: false,
+        make: fp8::scalings,
+    },
+    Group {
+        name: "fp8-odd-m",
+        about: "FP8: M = 0 .. 300, row-major, column-major (padded to 4 rows) and swizzled (128) scales",
+        expect_error: false,
+        make: fp8::odd_m,
+    },
+    Group {
+        name: "fp8-special-values",
+        about: "FP8: NaN/Inf/zero rows and groups, -0, NaN payloads, special weights",
+        expect_error: false,
+        make: fp8::special_values,
+    },
+    Group {
+        name: "fp8-subnormals",
+        about: "FP8: subnormal inputs, weights, codes and scales; subnormal static scales",
+        expect_error: false,
+        make: fp8::subnormals,
+    },
+    Group {
+        name: "fp8-ties",
+        about: "FP8: exact ties in RNdt and FP8 rounding; UE8M0's round-up boundary",
+        expect_error: false,
+        make: fp8::ties,
+    },
+    Group {
+        name: "fp8-huge",
+        about: "FP8: values near dtype max, overflow, saturation, extreme static scales",
+        expect_error: false,
+        make: fp8::huge,
+    },
+    Group {
+        name: "fp8-eps",
+        about: "FP8: eps 0, f32 subnormal, 1e-6, 1, 1e30, f32::MAX",
+        expect_error: false,
+        make: fp8::eps,
+    },
+    Group {
+        name: "fp8-weight-bias",
+        about: "FP8: weight bias 1 (Gemma), -1, ±0, tiny and huge, over special weights",
+        expect_error: false,
+        make: fp8::weight_bias,
+    },
+    Group {
+        name: "fp8-static-scale",
+        about: "FP8: per-tensor scales 0, -0, -1, tiny, huge, ±Inf, NaN; in memory and by value",
+        expect_error: false,
+        make: fp8::static_scale,
+    },
+    Group {
+        name: "fp8-scale-floor",
+        about: "FP8: f32 scale floors from the smallest subnormal to f32::MAX",
+        expect_error: false,
+        make: fp8::scale_floor,
+    },
+    Group {
+        name: "fp8-strided",
+        about: "FP8: row strides > H for x, residual and y_out",
+        expect_error: false,
+        make: fp8::strided_rows,
+    },
+    Group {
+        name: "fp8-narrow-wide",
+        about: "FP8: H = 1 .. 32768 (any H per tensor and per token), every scaling that fits",
+        expect_error: false,
+        make: fp8::narrow_wide,
+    },
+    Group {
+        name: "fp8-random",
+        about: "FP8: random mixtures of all of the above (--cases)",
+        expect_error: false,
+        make: fp8::random_cases,
+    },
+    Group {
+        name: "fp8-bad-input",
+        about: "FP8: invalid calls: must be rejected, nothing written",
+        expect_error: true,
+        make: fp8::bad_input,
+    },
 ];
 
 enum Verdict {
@@ -175,14 +273,16 @@ pub fn run(a: VerifyArgs) -> Result<bool, CliError> {
         a.seed
     );
     println!(
-        "{:<16} {:>6} {:>7} {:>7} {:>8} {:>7}  what",
+        "{:<18} {:>6} {:>7} {:>7} {:>8} {:>7}  what",
         "group", "cases", "passed", "failed", "skipped", "time"
     );
     let (mut passed, mut failed, mut skipped) = (0usize, 0usize, 0usize);
     let start = Instant::now();
     for (gi, g) in groups {
         let t = Instant::now();
-        let mut rng = StdRng::seed_from_u64(a.seed ^ ((gi as u64 + 1) * 0x9E37_79B9_7F4A_7C15));
+        // Wrapping: the seeds are the release build's, and a debug build must not trap.
+        let mut rng =
+            StdRng::seed_from_u64(a.seed ^ (gi as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let cases = (g.make)(&mut rng, a.cases);
         let (mut p, mut f, mut s) = (0, 0, 0);
         for (ci, case) in cases.iter().enumerate() {
@@ -212,7 +312,7 @@ pub fn run(a: VerifyArgs) -> Result<bool, CliError> {
             }
         }
         println!(
-            "{:<16} {:>6} {:>7} {:>7} {:>8} {:>6.1}s  {}{}",
+            "{:<18} {:>6} {:>7} {:>7} {:>8} {:>6.1}s  {}{}",
             g.name,
             cases.len(),
             p,
@@ -442,72 +542,11 @@ fn special_values(rng: &mut StdRng, _: usize) -> Vec<Case> {
                 for eps in [1e-6f32, 0.0] {
                     let residual = v.len() % 2 == 0;
                     let mut c = rand_case(rng, m, h, dtype, layout, f);
-                    c.opts = c.opts.with_eps(eps);
+                    c.set_eps(eps);
                     c.y_out = v.len() % 3 == 0;
-                    let s = sp(dtype);
-                    let b = f.block_size();
-                    let r = c.residual.as_mut().expect("random cases have a residual");
-                    for row in 0..m {
-                        let at = row * h;
-                        let col = rng.random_range(0..h);
-                        let blk = rng.random_range(0..h / b) * b;
-                        match row % 14 {
-                            0 => {
-                                c.x[at..at + h].fill(0);
-                                r[at..at + h].fill(0);
-                            }
-                            1 => {
-                                for i in at..at + h {
-                                    r[i] = c.x[i] ^ 0x8000; // x + r = +0 exactly
-                                }
-                            }
-                            2 => c.x[at + col] = s.nan,
-                            3 => r[at + col] = s.inf,
-                            4 => c.x[at + col] = s.inf | 0x8000,
-                            5 => {
-                                c.x[at + col] = s.inf;
-                                r[at + col] = s.inf | 0x8000; // Inf - Inf = NaN
-                            }
-                            6 => {
-                                c.x[at + blk..at + blk + b].fill(0);
-                                r[at + blk..at + blk + b].fill(0);
-                            }
-                            7 => c.x[at + blk..at + blk + b].fill(s.nan | 0x8000),
-                            8 => {
-                                c.x[at..at + h].fill(0x8000); // -0
-                                r[at..at + h].fill(0x8000);
-                            }
-                            9 => {
-                                let k = c.x[at];
-                                c.x[at..at + h].fill(k);
-                                r[at..at + h].fill(0);
-                            }
-                            10 => {
-                                c.x[at..at + h].fill(0);
-                                r[at..at + h].fill(0);
-                                c.x[at + col] = to_bits(dtype, 3.0);
-                            }
-                            11 => c.x[at + col] = s.nan | 0x8001, // NaN with a payload
-                            12 => {
-                                c.x[at + col] = s.inf;
-                                c.x[at + (col + h / 2) % h] = s.nan;
-                            }
-                            _ => {}
-                        }
-                    }
+                    special_rows(&mut c, rng, f.block_size());
                     match v.len() % 3 {
-                        1 => {
-                            // Special weights: NaN, Inf, a zero block, negatives, -0.
-                            c.w[rng.random_range(0..h)] = s.nan;
-                            c.w[rng.random_range(0..h)] = s.inf;
-                            let blk = rng.random_range(0..h / b) * b;
-                            c.w[blk..blk + b].fill(0);
-                            for i in 0..8 {
-                                c.w[rng.random_range(0..h)] |= 0x8000;
-                                c.w[(i * 31) % h] = 0x8000;
-                            }
-                            c.note = "special weights".into();
-                        }
+                        1 => special_weights(&mut c, rng, f.block_size()),
                         2 => c.gs = per_row_gs(rng, m),
                         _ => {}
                     }
@@ -522,6 +561,78 @@ fn special_values(rng: &mut StdRng, _: usize) -> Vec<Case> {
     v
 }
 
+/// Special rows, by row % 14: zero rows, x + r = +0, NaN, ±Inf, Inf - Inf, a zero block
+/// and a NaN block of `b` elements, -0 rows, constant rows, a single nonzero, NaN payloads,
+/// Inf with NaN. The case must have its residual (drop it afterwards for the variant
+/// without one).
+fn special_rows(c: &mut Case, rng: &mut StdRng, b: usize) {
+    let (m, h, dtype) = (c.m, c.h, c.dtype);
+    let s = sp(dtype);
+    let r = c.residual.as_mut().expect("random cases have a residual");
+    for row in 0..m {
+        let at = row * c.stride;
+        let col = rng.random_range(0..h);
+        let blk = rng.random_range(0..h / b) * b;
+        match row % 14 {
+            0 => {
+                c.x[at..at + h].fill(0);
+                r[at..at + h].fill(0);
+            }
+            1 => {
+                for i in at..at + h {
+                    r[i] = c.x[i] ^ 0x8000; // x + r = +0 exactly
+                }
+            }
+            2 => c.x[at + col] = s.nan,
+            3 => r[at + col] = s.inf,
+            4 => c.x[at + col] = s.inf | 0x8000,
+            5 => {
+                c.x[at + col] = s.inf;
+                r[at + col] = s.inf | 0x8000; // Inf - Inf = NaN
+            }
+            6 => {
+                c.x[at + blk..at + blk + b].fill(0);
+                r[at + blk..at + blk + b].fill(0);
+            }
+            7 => c.x[at + blk..at + blk + b].fill(s.nan | 0x8000),
+            8 => {
+                c.x[at..at + h].fill(0x8000); // -0
+                r[at..at + h].fill(0x8000);
+            }
+            9 => {
+                let k = c.x[at];
+                c.x[at..at + h].fill(k);
+                r[at..at + h].fill(0);
+            }
+            10 => {
+                c.x[at..at + h].fill(0);
+                r[at..at + h].fill(0);
+                c.x[at + col] = to_bits(dtype, 3.0);
+            }
+            11 => c.x[at + col] = s.nan | 0x8001, // NaN with a payload
+            12 => {
+                c.x[at + col] = s.inf;
+                c.x[at + (col + h / 2) % h] = s.nan;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Special weights: NaN, Inf, a zero block of `b`, negatives, -0.
+fn special_weights(c: &mut Case, rng: &mut StdRng, b: usize) {
+    let (h, s) = (c.h, sp(c.dtype));
+    c.w[rng.random_range(0..h)] = s.nan;
+    c.w[rng.random_range(0..h)] = s.inf;
+    let blk = rng.random_range(0..h / b) * b;
+    c.w[blk..blk + b].fill(0);
+    for i in 0..8 {
+        c.w[rng.random_range(0..h)] |= 0x8000;
+        c.w[(i * 31) % h] = 0x8000;
+    }
+    c.note = "special weights".into();
+}
+
 fn subnormals(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let (m, h) = (33, 512);
     let mut v = Vec::new();
@@ -530,50 +641,60 @@ fn subnormals(rng: &mut StdRng, _: usize) -> Vec<Case> {
             for eps in [0.0f32, 1e-40, 1e-30, 1e-6] {
                 let layout = ScaleLayout::ALL[v.len() % 3];
                 let mut c = rand_case(rng, m, h, dtype, layout, f);
-                c.opts = c.opts.with_eps(eps);
-                let s = sp(dtype);
-                let r = c.residual.as_mut().expect("random cases have a residual");
-                for row in 0..m {
-                    let at = row * h;
-                    match row % 3 {
-                        // Every element subnormal.
-                        0 => {
-                            for i in at..at + h {
-                                c.x[i] = rng.random_range(1..=s.max_sub)
-                                    | (rng.random::<u16>() & 0x8000);
-                                r[i] = rng.random_range(0..=s.max_sub)
-                                    | (rng.random::<u16>() & 0x8000);
-                            }
-                        }
-                        // Subnormal with a few normal values.
-                        1 => {
-                            for i in at..at + h {
-                                c.x[i] = if rng.random_bool(0.05) {
-                                    c.x[i]
-                                } else {
-                                    rng.random_range(1..=s.max_sub)
-                                };
-                                r[i] = 0;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
+                c.set_eps(eps);
+                subnormal_rows(&mut c, rng);
                 // Weights 2^k per block, k down to -40: y, and with it the block scales,
                 // reach E4M3 subnormals, zero scales and f32 subnormals.
-                let b = f.block_size();
-                for blk in 0..h / b {
-                    let k = rng.random_range(-40..=3);
-                    for i in blk * b..(blk + 1) * b {
-                        c.w[i] = to_bits(dtype, rng.random_range(1.0f32..2.0) * 2f32.powi(k));
-                    }
-                }
+                pow2_weights(&mut c, rng, f.block_size(), -40);
                 c.y_out = v.len() % 2 == 0;
                 v.push(c);
             }
         }
     }
     v
+}
+
+/// Subnormal rows, by row % 3: every element subnormal (x and residual), subnormal with a
+/// few normal values, untouched. The case must have its residual.
+fn subnormal_rows(c: &mut Case, rng: &mut StdRng) {
+    let (m, h) = (c.m, c.h);
+    let s = sp(c.dtype);
+    let r = c.residual.as_mut().expect("random cases have a residual");
+    for row in 0..m {
+        let at = row * c.stride;
+        match row % 3 {
+            0 => {
+                for i in at..at + h {
+                    c.x[i] = rng.random_range(1..=s.max_sub) | (rng.random::<u16>() & 0x8000);
+                    r[i] = rng.random_range(0..=s.max_sub) | (rng.random::<u16>() & 0x8000);
+                }
+            }
+            1 => {
+                for i in at..at + h {
+                    c.x[i] = if rng.random_bool(0.05) {
+                        c.x[i]
+                    } else {
+                        rng.random_range(1..=s.max_sub)
+                    };
+                    r[i] = 0;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Weights `[1, 2) · 2^k` with one random `k` in `lo..=3` per block of `b` (a trailing
+/// partial block gets its own): blocks of very different magnitudes, down to values whose
+/// scales are subnormal or zero.
+fn pow2_weights(c: &mut Case, rng: &mut StdRng, b: usize, lo: i32) {
+    let dtype = c.dtype;
+    for blk in c.w.chunks_mut(b.max(1)) {
+        let k = rng.random_range(lo..=3);
+        for w in blk {
+            *w = to_bits(dtype, rng.random_range(1.0f32..2.0) * 2f32.powi(k));
+        }
+    }
 }
 
 /// Ties. Rows are ±c with c a power of two and eps 0, so rstd = 1/c and y = ±w exactly;
@@ -591,35 +712,7 @@ fn ties(rng: &mut StdRng, _: usize) -> Vec<Case> {
                 let layout = ScaleLayout::ALL[v.len() % 3];
                 let residual = v.len() % 4 != 1;
                 let mut c = rand_case(rng, m, h, dtype, layout, f);
-                c.opts = c.opts.with_eps(0.0);
-                let precision = if dtype == DType::BF16 { 8 } else { 11 };
-                let r = c.residual.as_mut().expect("random cases have a residual");
-                for row in 0..m {
-                    let at = row * h;
-                    if row % 4 == 3 {
-                        // x + r exactly halfway between two dtype values.
-                        for i in at..at + h {
-                            let xv = crate::case::to_f32(dtype, c.x[i]);
-                            let e = xv.abs().log2().floor() as i32;
-                            let half_ulp = 2f32.powi(e - precision)
-                                * if rng.random_bool(0.5) { 1.0 } else { -1.0 };
-                            r[i] = to_bits(dtype, half_ulp * pick(rng, &[1.0, 3.0, 5.0]));
-                        }
-                        continue;
-                    }
-                    let cv = 2f32.powi(rng.random_range(-4..=4));
-                    // h = x + r = ±c exactly (without a residual, x = ±c).
-                    let a = if residual {
-                        pick(rng, &[0.25f32, 0.5, 0.75, 1.0])
-                    } else {
-                        1.0
-                    };
-                    for i in at..at + h {
-                        let sign = if rng.random_bool(0.5) { 1.0 } else { -1.0 };
-                        c.x[i] = to_bits(dtype, sign * cv * a);
-                        r[i] = to_bits(dtype, sign * cv * (1.0 - a));
-                    }
-                }
+                tie_rows(&mut c, rng, residual);
                 let b = f.block_size();
                 for blk in 0..h / b {
                     let ws = &mut c.w[blk * b..(blk + 1) * b];
@@ -678,6 +771,42 @@ fn ties(rng: &mut StdRng, _: usize) -> Vec<Case> {
     v
 }
 
+/// Rows for ties, with eps set to 0: all but every fourth row are ±c (c a power of two,
+/// split between x and the residual when `residual`), so rstd = 1/c and y = ±w exactly;
+/// every fourth row has x + r exactly halfway between two dtype values (an RNdt tie).
+/// The case must have its residual.
+fn tie_rows(c: &mut Case, rng: &mut StdRng, residual: bool) {
+    c.set_eps(0.0);
+    let (m, h, dtype) = (c.m, c.h, c.dtype);
+    let precision = if dtype == DType::BF16 { 8 } else { 11 };
+    let r = c.residual.as_mut().expect("random cases have a residual");
+    for row in 0..m {
+        let at = row * c.stride;
+        if row % 4 == 3 {
+            for i in at..at + h {
+                let xv = crate::case::to_f32(dtype, c.x[i]);
+                let e = xv.abs().log2().floor() as i32;
+                let half_ulp =
+                    2f32.powi(e - precision) * if rng.random_bool(0.5) { 1.0 } else { -1.0 };
+                r[i] = to_bits(dtype, half_ulp * pick(rng, &[1.0, 3.0, 5.0]));
+            }
+            continue;
+        }
+        let cv = 2f32.powi(rng.random_range(-4..=4));
+        // h = x + r = ±c exactly (without a residual, x = ±c).
+        let a = if residual {
+            pick(rng, &[0.25f32, 0.5, 0.75, 1.0])
+        } else {
+            1.0
+        };
+        for i in at..at + h {
+            let sign = if rng.random_bool(0.5) { 1.0 } else { -1.0 };
+            c.x[i] = to_bits(dtype, sign * cv * a);
+            r[i] = to_bits(dtype, sign * cv * (1.0 - a));
+        }
+    }
+}
+
 fn huge(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let (m, h) = (20, 128);
     let mut v = Vec::new();
@@ -686,37 +815,9 @@ fn huge(rng: &mut StdRng, _: usize) -> Vec<Case> {
             for gs in [1.0f32, 1e30, f32::MAX, 1e-30, 1e-45] {
                 let layout = ScaleLayout::ALL[v.len() % 3];
                 let mut c = rand_case(rng, m, h, dtype, layout, f);
-                let s = sp(dtype);
-                let r = c.residual.as_mut().expect("random cases have a residual");
-                for row in 0..m {
-                    let at = row * h;
-                    for i in at..at + h {
-                        let near_max =
-                            (s.max - rng.random_range(0..8)) | (rng.random::<u16>() & 0x8000);
-                        match row % 5 {
-                            0 => c.x[i] = near_max, // ss ≈ H·max²: rstd tiny (an f32 subnormal for bf16)
-                            1 => {
-                                c.x[i] = near_max;
-                                r[i] = near_max; // may overflow to ±Inf
-                            }
-                            2 => {
-                                c.x[i] = s.max;
-                                r[i] = s.max; // overflows: Inf row
-                            }
-                            3 if i == at => {
-                                c.x[at..at + h].fill(0);
-                                r[at..at + h].fill(0);
-                                c.x[at] = s.max;
-                            }
-                            _ => {}
-                        }
-                    }
-                }
+                huge_rows(&mut c, rng);
                 if v.len() % 2 == 0 {
-                    // Huge weights: y and y_out overflow the dtype.
-                    for w in c.w.iter_mut() {
-                        *w = s.max - rng.random_range(0..64);
-                    }
+                    huge_weights(&mut c, rng);
                 }
                 c.gs = Gs::Uniform(gs);
                 c.y_out = true;
@@ -727,23 +828,57 @@ fn huge(rng: &mut StdRng, _: usize) -> Vec<Case> {
     v
 }
 
+/// Rows near the dtype's max, by row % 5: x near max (ss ≈ H·max², rstd tiny: an f32
+/// subnormal for bf16), x and residual near max (the sum may overflow to ±Inf), both at
+/// max (an Inf row), one max element in a zero row, untouched. The case must have its
+/// residual.
+fn huge_rows(c: &mut Case, rng: &mut StdRng) {
+    let (m, h) = (c.m, c.h);
+    let s = sp(c.dtype);
+    let r = c.residual.as_mut().expect("random cases have a residual");
+    for row in 0..m {
+        let at = row * c.stride;
+        for i in at..at + h {
+            let near_max = (s.max - rng.random_range(0..8)) | (rng.random::<u16>() & 0x8000);
+            match row % 5 {
+                0 => c.x[i] = near_max,
+                1 => {
+                    c.x[i] = near_max;
+                    r[i] = near_max;
+                }
+                2 => {
+                    c.x[i] = s.max;
+                    r[i] = s.max;
+                }
+                3 if i == at => {
+                    c.x[at..at + h].fill(0);
+                    r[at..at + h].fill(0);
+                    c.x[at] = s.max;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Weights near the dtype's max: y and y_out overflow the dtype.
+fn huge_weights(c: &mut Case, rng: &mut StdRng) {
+    let max = sp(c.dtype).max;
+    for w in c.w.iter_mut() {
+        *w = max - rng.random_range(0..64);
+    }
+}
+
 /// SPEC.md §8's weight bias: w' = RN32(w + bias), the weight itself for a bias of ±0.
 fn weight_bias(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let (m, h) = (7, 256);
     let mut v = Vec::new();
     for f in [Fp4Format::NVFP4, Fp4Format::MXFP4] {
         for dtype in DTYPES {
-            let s = sp(dtype);
-            for bias in [1.0f32, -1.0, 0.0, -0.0, 1e-40, 0.3, 3e38] {
+            for bias in WEIGHT_BIASES {
                 let mut c = rand_case(rng, m, h, dtype, ScaleLayout::ALL[v.len() % 3], f);
-                c.opts = c.opts.with_weight_bias(bias);
-                // Weights that meet the bias: -1 (w' = 0 for Gemma), ±0, infinities, NaN.
-                for (i, w) in [to_bits(dtype, -1.0), 0x8000, 0, s.inf, s.nan]
-                    .into_iter()
-                    .enumerate()
-                {
-                    c.w[i * 7] = w;
-                }
+                c.set_weight_bias(bias);
+                bias_weights(&mut c);
                 c.y_out = true;
                 v.push(c);
             }
@@ -752,27 +887,50 @@ fn weight_bias(rng: &mut StdRng, _: usize) -> Vec<Case> {
     v
 }
 
+/// Weight biases: Gemma's 1, -1, ±0 (the weight as it is), tiny, ordinary, near overflow.
+const WEIGHT_BIASES: [f32; 7] = [1.0, -1.0, 0.0, -0.0, 1e-40, 0.3, 3e38];
+
+/// Weights that meet the bias, every 7th from the first: -1 (w' = 0 for Gemma), ±0,
+/// infinities, NaN. Needs H ≥ 29.
+fn bias_weights(c: &mut Case) {
+    let s = sp(c.dtype);
+    for (i, w) in [to_bits(c.dtype, -1.0), 0x8000, 0, s.inf, s.nan]
+        .into_iter()
+        .enumerate()
+    {
+        c.w[i * 7] = w;
+    }
+}
+
 fn eps(rng: &mut StdRng, _: usize) -> Vec<Case> {
     let (m, h) = (9, 160);
     let mut v = Vec::new();
     for f in [Fp4Format::NVFP4, Fp4Format::MXFP4] {
         for dtype in DTYPES {
-            for e in [0.0f32, 1e-45, 1e-6, 1.0, 1e30, f32::MAX] {
+            for e in EPSILONS {
                 let mut c = rand_case(rng, m, h, dtype, ScaleLayout::ALL[v.len() % 3], f);
-                c.opts = c.opts.with_eps(e);
-                let r = c.residual.as_mut().expect("random cases have a residual");
-                c.x[0..h].fill(0); // a zero row
-                r[0..h].fill(0);
-                for i in h..2 * h {
-                    c.x[i] = 1; // the smallest subnormal
-                    r[i] = 0;
-                }
+                c.set_eps(e);
+                zero_and_tiny_rows(&mut c);
                 c.y_out = true;
                 v.push(c);
             }
         }
     }
     v
+}
+
+/// Epsilons: 0, the smallest f32 subnormal, the usual, 1, huge, f32::MAX.
+const EPSILONS: [f32; 6] = [0.0, 1e-45, 1e-6, 1.0, 1e30, f32::MAX];
+
+/// Row 0 zero and row 1 of the smallest subnormal (the residual zero): rows where eps
+/// decides rstd. Needs M ≥ 2 and the residual.
+fn zero_and_tiny_rows(c: &mut Case) {
+    let (h, st) = (c.h, c.stride);
+    let r = c.residual.as_mut().expect("random cases have a residual");
+    c.x[0..h].fill(0);
+    r[0..h].fill(0);
+    c.x[st..st + h].fill(1);
+    r[st..st + h].fill(0);
 }
 
 fn global_scale(rng: &mut StdRng, _: usize) -> Vec<Case> {
@@ -897,7 +1055,7 @@ fn random_cases(rng: &mut StdRng, n: usize) -> Vec<Case> {
                 }
             }
             let any_eps = rng.random_range(0.0f32..1.0);
-            c.opts = c.opts.with_eps(pick(rng, &[1e-6f32, 1e-5, 0.0, any_eps]));
+            c.set_eps(pick(rng, &[1e-6f32, 1e-5, 0.0, any_eps]));
             c.gs = match rng.random_range(0..4) {
                 0 | 1 => Gs::Uniform(1.0),
                 2 => Gs::Uniform(2f32.powf(rng.random_range(-20.0f32..20.0))),
@@ -933,13 +1091,13 @@ fn bad_input(rng: &mut StdRng, _: usize) -> Vec<Case> {
             v.push(c);
             for e in [-1e-6f32, f32::NAN, f32::INFINITY] {
                 let mut c = base(rng, Fp4Format::MXFP4, 64);
-                c.opts = c.opts.with_eps(e);
+                c.set_eps(e);
                 c.note = "invalid eps".into();
                 v.push(c);
             }
             for b in [f32::NAN, f32::NEG_INFINITY] {
                 let mut c = base(rng, Fp4Format::NVFP4, 64);
-                c.opts = c.opts.with_weight_bias(b);
+                c.set_weight_bias(b);
                 c.note = "invalid weight bias".into();
                 v.push(c);
             }
@@ -1000,6 +1158,82 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Each FP8 bad input is rejected for the reason its note gives, not another one.
+    #[test]
+    fn fp8_bad_inputs_are_rejected_for_their_own_reason() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let reference = HostBackend::reference();
+        for c in fp8::bad_input(&mut rng, 0) {
+            let mut p = reference.prepare(&c).unwrap();
+            let e = p.run_once().unwrap_err().to_string();
+            let note = c.note.as_str();
+            let says = [
+                ("H = 0", "hidden size H is 0"),
+                ("H not a multiple of", "is not a multiple of the group size"),
+                ("swizzled", "swizzled 128x4 scale layout is MXFP8's"),
+                ("invalid s_min", "s_min ="),
+                ("invalid eps", "eps"),
+                ("invalid weight bias", "weight_bias ="),
+                ("weight of", "weight"),
+                // The host API sees slices: a short one is a matrix too small for its shape.
+                ("input buffer", "need 320 elements but the buffer has 319"),
+                (
+                    "residual buffer",
+                    "need 320 elements but the buffer has 319",
+                ),
+                ("row stride", "stride"),
+            ]
+            .iter()
+            .find(|(n, _)| note.starts_with(n))
+            .unwrap_or_else(|| panic!("no reason listed for {note:?}"))
+            .1;
+            assert!(e.contains(says), "{}: {e}", c.describe());
+        }
+    }
+
+    /// The FP8 `ties` rows put `y / scale` exactly on FP8 midpoints: every scale is a power
+    /// of two, and each case has many ties of the element rounding.
+    #[test]
+    fn fp8_ties_rows_land_on_fp8_midpoints() {
+        use fp4norm::fp8::{Fp8Problem, Fp8ScaleFormat, Fp8Scaling};
+        let mut rng = StdRng::seed_from_u64(5);
+        for mut c in fp8::ties(&mut rng, 0) {
+            c.y_out = true;
+            let opts = *c.fp8().unwrap();
+            let p = Fp8Problem::new(c.m, c.h, c.dtype, &opts).unwrap();
+            let reference = HostBackend::reference();
+            let mut run = reference.prepare(&c).unwrap();
+            run.run_once().unwrap();
+            let out = run.outputs().unwrap();
+            let (y, sf) = (out.y_out.unwrap(), out.fp8_scales.unwrap_or_default());
+            let e = opts.element;
+            let finite: Vec<f32> = (0u8..0x7F)
+                .map(|k| e.decode(k))
+                .filter(|v| v.is_finite())
+                .collect();
+            let (mut ties, mut all) = (0, 0);
+            for row in (0..c.m).filter(|r| r % 4 != 3) {
+                for i in 0..c.h {
+                    let g = i / p.group().unwrap_or(c.h);
+                    let at = p.scale_index(row, g);
+                    let scale = match opts.scaling {
+                        Fp8Scaling::PerTensor(s) => s,
+                        Fp8Scaling::Dynamic {
+                            format: Fp8ScaleFormat::UE8M0,
+                            ..
+                        } => 2f32.powi(sf[at] as i32 - 127),
+                        _ => f32::from_le_bytes(sf[4 * at..4 * at + 4].try_into().unwrap()),
+                    };
+                    assert_eq!(scale, 2f32.powi(scale.log2() as i32), "{}", c.describe());
+                    let t = crate::case::to_f32(c.dtype, y[row * c.stride + i]).abs() / scale;
+                    all += 1;
+                    ties += finite.windows(2).any(|w| t == 0.5 * (w[0] + w[1])) as usize;
+                }
+            }
+            assert!(ties * 2 > all, "{}: {ties} ties of {all}", c.describe());
         }
     }
 

@@ -1,0 +1,303 @@
+//! The `fp4norm` binary end to end on the CPU: `bench` and `verify` over FP4 and FP8
+//! formats (rows, checks, bytes moved, JSON, exit statuses) and the messages of bad
+//! command lines. GPU runs are the same code with `--device cuda`.
+
+use std::process::{Command, Output};
+
+use fp4norm::fp8::{Fp8Element, Fp8Group, Fp8Options, Fp8Problem, Fp8ScaleFormat, Fp8ScaleLayout};
+use fp4norm::{DType, Options, Problem, ScaleLayout};
+use serde_json::Value;
+
+fn fp4norm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fp4norm"))
+        .args(args)
+        .output()
+        .expect("running fp4norm")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A short CPU bench of these formats and shapes, JSON on stdout; the parsed report.
+fn bench_json(extra: &[&str]) -> (Value, String) {
+    let mut args = vec![
+        "bench",
+        "--device",
+        "cpu",
+        "--reps",
+        "2",
+        "--warmup",
+        "0",
+        "--copy-mib",
+        "4",
+        "--json",
+        "-",
+    ];
+    args.extend_from_slice(extra);
+    let out = fp4norm(&args);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    (report, err)
+}
+
+#[test]
+fn bench_measures_fp4_and_fp8_rows_against_one_copy_and_checks_every_row() {
+    let formats = "nvfp4,fp8-token,mxfp8,fp8-group128-e5m2,fp8-tensor,fp8-g64-ue8m0-row-major";
+    let (report, table) = bench_json(&["--m", "1,130", "--h", "256", "--format", formats]);
+    assert_eq!(report["device"], "cpu");
+    assert_eq!(report["all_ok"], true);
+    let copy = report["copy"]["gb_per_s"].as_f64().unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let names: Vec<&str> = formats.split(',').collect();
+    assert_eq!(rows.len(), 2 * names.len());
+    // (layout, op, element, group, scale format) per format, as the JSON names them.
+    let expect = [
+        ("swizzled", "fp4", "e2m1", Some(16), "e4m3"),
+        ("row-major", "fp8", "e4m3", Some(256), "f32"),
+        ("swizzled", "fp8", "e4m3", Some(32), "ue8m0"),
+        ("column-major", "fp8", "e5m2", Some(128), "f32"),
+        ("none", "fp8", "e4m3", None, "static"),
+        ("row-major", "fp8", "e4m3", Some(64), "ue8m0"),
+    ];
+    let d = |g, f, l| Fp8Options::dynamic(Fp8Element::E4M3, g, f, l);
+    let fp8 = [
+        None,
+        Some(Fp8Options::per_token(Fp8Element::E4M3)),
+        Some(Fp8Options::mxfp8()),
+        Some(Fp8Options::dynamic(
+            Fp8Element::E5M2,
+            Fp8Group::G128,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        )),
+        Some(Fp8Options::per_tensor(Fp8Element::E4M3, 1.0)),
+        Some(d(
+            Fp8Group::G64,
+            Fp8ScaleFormat::UE8M0,
+            Fp8ScaleLayout::RowMajor,
+        )),
+    ];
+    for (i, r) in rows.iter().enumerate() {
+        let k = i % names.len();
+        let m = if i < names.len() { 1 } else { 130 };
+        let (layout, op, element, group, sf) = expect[k];
+        assert_eq!(r["m"], m);
+        assert_eq!(r["h"], 256);
+        assert_eq!(r["format"], names[k]);
+        assert_eq!(r["layout"], layout, "{r}");
+        assert_eq!(r["op"], op);
+        assert_eq!(r["element"], element);
+        assert_eq!(r["group"].as_u64(), group);
+        assert_eq!(r["scale_format"], sf);
+        assert_eq!(r["check"], "ok", "{r}");
+        assert_eq!(r["rows_checked"], m);
+        // SPEC.md §6 bytes: FP8 elements one byte each, f32 scales four, with padding.
+        let bytes = match fp8[k] {
+            None => Problem::new(
+                m,
+                256,
+                DType::BF16,
+                ScaleLayout::Swizzled,
+                &Options::nvfp4(),
+            )
+            .unwrap()
+            .bytes_moved(),
+            Some(o) => Fp8Problem::new(m, 256, DType::BF16, &o)
+                .unwrap()
+                .bytes_moved(),
+        };
+        assert_eq!(r["bytes_moved"].as_u64(), Some(bytes), "{r}");
+        let (gb, vs) = (
+            r["gb_per_s"].as_f64().unwrap(),
+            r["vs_copy"].as_f64().unwrap(),
+        );
+        assert!((vs - gb / copy).abs() <= 1e-9 * vs.abs().max(1.0), "{r}");
+    }
+    // Column-major scales of 130 rows pad to 132: 2 groups x 132 x 4 bytes.
+    let cm = &rows[names.len() + 3];
+    let mh = 130 * 256;
+    assert_eq!(
+        cm["bytes_moved"].as_u64(),
+        Some((mh * 3 * 2 + 256 * 2 + mh + 2 * 132 * 4) as u64)
+    );
+    // With --json -, the table goes to stderr: one table for every format.
+    for name in names {
+        assert!(
+            table.contains(&format!(" {name} ")),
+            "{name} missing:\n{table}"
+        );
+    }
+    assert!(table.contains("12 rows in"), "{table}");
+    assert!(table.contains("all match the reference"), "{table}");
+    assert!(table.contains("FP4 / FP8 quantisation"), "{table}");
+}
+
+#[test]
+fn bench_fp8_without_residual_with_y_out_and_several_dtypes() {
+    let out = fp4norm(&[
+        "bench",
+        "--device",
+        "cpu",
+        "--m",
+        "5",
+        "--h",
+        "96",
+        "--format",
+        "fp8-tensor-e5m2,fp8-group32",
+        "--dtype",
+        "bf16,f16",
+        "--no-residual",
+        "--y-out",
+        "--weight-bias",
+        "1",
+        "--fp8-scale",
+        "0.25",
+        "--fp8-scale-floor",
+        "4.3597e-6",
+        "--reps",
+        "2",
+        "--copy-mib",
+        "4",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("no residual + RMSNorm + FP8 quantisation"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("FP8 per-tensor scale 0.25"), "{stdout}");
+    assert!(stdout.contains("FP8 f32 scale floor 4.3597e-6"), "{stdout}");
+    assert!(!stdout.contains("FP4 global scale"), "{stdout}");
+    for (format, dtype, layout) in [
+        ("fp8-tensor-e5m2", "bf16", "none"),
+        ("fp8-group32", "bf16", "column-major"),
+        ("fp8-tensor-e5m2", "f16", "none"),
+        ("fp8-group32", "f16", "column-major"),
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(format) && l.contains(dtype))
+            .unwrap_or_else(|| panic!("no {format} {dtype} row:\n{stdout}"));
+        assert!(line.contains(layout) && line.ends_with("ok"), "{line}");
+    }
+    assert!(stdout.contains("4 rows in"), "{stdout}");
+    assert!(stderr.contains("fp8-tensor-e5m2/bf16"), "{stderr}");
+}
+
+#[test]
+fn bench_without_check_says_so() {
+    let out = fp4norm(&[
+        "bench",
+        "--device",
+        "cpu",
+        "--m",
+        "3",
+        "--h",
+        "64",
+        "--format",
+        "mxfp8",
+        "--no-check",
+        "--reps",
+        "1",
+        "--copy-mib",
+        "1",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("not checked (--no-check)"), "{stdout}");
+}
+
+/// Bad FP8 command lines: exit status 2, a message that says what is wrong and what to do,
+/// and no table.
+#[test]
+fn bad_fp8_arguments_are_usage_errors_with_clear_messages() {
+    for (args, says) in [
+        (
+            &["--format", "mxfp8", "--h", "48"][..],
+            "--h 48 does not fit format mxfp8: hidden size H = 48 is not a multiple of the group size 32",
+        ),
+        (
+            &["--format", "nvfp4,fp8-group128", "--h", "4096,4160"],
+            "--h 4160 does not fit format fp8-group128",
+        ),
+        (
+            &["--format", "fp8-g32-f32-swizzled"],
+            "the swizzled 128x4 scale layout is MXFP8's and needs ue8m0 scales in groups of 32",
+        ),
+        (
+            &["--format", "fp8-g64-ue8m0-swizzled"],
+            "needs ue8m0 scales in groups of 32",
+        ),
+        (
+            &["--format", "fp8-token-ue8m0-swizzled", "--h", "64"],
+            "needs UE8M0 scales in groups of 32 (got ue8m0 scales in groups of 64)",
+        ),
+        (&["--format", "fp8-token-e6m1"], "unknown FP8 format \"fp8-token-e6m1\""),
+        (&["--format", "fp8-g48-f32-row-major"], "unknown group \"g48\""),
+        (&["--format", "fp9"], "fp8-tensor, fp8-token"),
+        (
+            &["--format", "fp8-token", "--fp8-scale-floor", "-1"],
+            "--fp8-scale-floor -1: the floor must be finite and >= 0",
+        ),
+        (
+            &["--format", "fp8-tensor", "--fp8-scale", "inf"],
+            "--fp8-scale inf: the per-tensor scale must be finite",
+        ),
+    ] {
+        let mut all = vec!["bench", "--device", "cpu"];
+        all.extend_from_slice(args);
+        let out = fp4norm(&all);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// The FP8 verify groups pass on the CPU (the full set runs in `verify`'s own tests through
+/// the reference; these are the cheapest groups through the binary, and the random one).
+#[test]
+fn verify_runs_the_fp8_groups_on_the_cpu() {
+    for (group, cases) in [
+        ("fp8-ties", "28"),
+        ("fp8-static-scale", "64"),
+        ("fp8-bad-input", "42"),
+        ("fp8-random", "12"),
+    ] {
+        let out = fp4norm(&["verify", "--group", group, "--cases", "12", "--seed", "7"]);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(group))
+            .unwrap_or_else(|| panic!("no {group} line:\n{stdout}"));
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // group, cases, passed, failed, skipped: on the CPU every case runs.
+        assert_eq!(&cols[1..5], &[cases, cases, "0", "0"], "{line}");
+        assert!(
+            stdout
+                .trim_end()
+                .ends_with(&format!("{cases} passed, 0 failed")),
+            "{stdout}"
+        );
+    }
+    let out = fp4norm(&["verify", "--group", "fp8-nothing"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("fp8-scalings"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn info_lists_the_fp8_formats() {
+    let out = fp4norm(&["info"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    for name in ["fp8-tensor", "fp8-token", "fp8-group128", "mxfp8", "-e5m2"] {
+        assert!(stdout.contains(name), "{name}:\n{stdout}");
+    }
+}
