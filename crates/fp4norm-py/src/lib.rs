@@ -3,13 +3,15 @@
 //! The Python layer (`python/fp4norm/`) turns torch tensors and NumPy arrays into raw
 //! pointers, shapes and strides (in elements) and calls the functions here. This side
 //! checks every argument again (shapes, buffer lengths, dtypes, alignment, overlap,
-//! block size, scale format, eps, global scale) **before anything is written**, then runs
+//! block size, scale format, eps, global scale; for the FP8 ops element format, group,
+//! scale layout and static scale) **before anything is written**, then runs
 //!
-//! * the fast CPU backend (`fp4norm::cpu`) or the scalar reference (`fp4norm::reference`)
-//!   over host memory, building slices of exactly the lengths the shapes and strides imply;
-//! * or the CUDA backend (`fp4norm::cuda::Gpu::launch_raw`) on the caller's stream, with
-//!   one `Gpu` per device ordinal kept for the life of the process. A GPU call never
-//!   synchronises, so it can be captured in a CUDA graph.
+//! * the fast CPU backend (`fp4norm::cpu`, `fp4norm::fp8::cpu`) or the scalar reference
+//!   (`fp4norm::reference`, `fp4norm::fp8::reference`) over host memory, building slices of
+//!   exactly the lengths the shapes and strides imply;
+//! * or the CUDA backend (`fp4norm::cuda::Gpu::launch_raw`, `launch_fp8_raw`) on the
+//!   caller's stream, with one `Gpu` per device ordinal kept for the life of the process. A
+//!   GPU call never synchronises, so it can be captured in a CUDA graph.
 //!
 //! Errors of fp4norm become `ValueError` (bad arguments) or `RuntimeError` (the CUDA
 //! driver, NVRTC or a kernel compile failed), with fp4norm's message.
@@ -18,6 +20,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use fp4norm::cuda::{Gpu, LaunchOptions};
+use fp4norm::fp8::{
+    self, run_host_fp8, Fp8Problem, Fp8ScaleFormat, Fp8ScalesIn, Fp8Scaling, RawFp8Call,
+};
 use fp4norm::raw::{dequantize_host, run_host, HostEngine};
 use fp4norm::{
     BlockSize, DType, Error, Fp4Format, Options, Problem, RawBuf, RawCall, RawDequant,
@@ -26,6 +31,7 @@ use fp4norm::{
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+mod args;
 mod torch_ops;
 
 /// A matrix argument: (address, rows, cols, row stride in elements).
@@ -33,28 +39,69 @@ type Mat = (u64, usize, usize, usize);
 /// A flat buffer argument: (address, length in elements).
 type Buf = (u64, usize);
 
-/// fp4norm's errors as Python exceptions: bad arguments as `fp4norm.ArgumentTypeError` (a
-/// TypeError) or `fp4norm.ArgumentError` (a ValueError), both also AssertionErrors as in
-/// FlashInfer; driver and compiler failures as RuntimeError.
-fn to_py(e: Error) -> PyErr {
-    let class = match e {
-        Error::CudaUnavailable(_)
-        | Error::NvrtcUnavailable(_)
-        | Error::Compile { .. }
-        | Error::Cuda { .. } => return PyRuntimeError::new_err(e.to_string()),
-        Error::DTypeMismatch { .. } | Error::UnsupportedDType(_) => "ArgumentTypeError",
-        _ => "ArgumentError",
-    };
-    Python::attach(|py| {
-        match py
-            .import("fp4norm._errors")
-            .and_then(|m| m.getattr(class))
-            .and_then(|c| c.call1((e.to_string(),)))
-        {
-            Ok(exc) => PyErr::from_value(exc),
-            Err(_) => PyValueError::new_err(e.to_string()),
+/// A failed call, by the Python exception class it becomes: bad arguments as
+/// `fp4norm.ArgumentTypeError` (a TypeError) or `fp4norm.ArgumentError` (a ValueError), both
+/// also AssertionErrors as in FlashInfer; driver and compiler failures as RuntimeError. The
+/// Python functions raise it directly; the PyTorch operators throw it with the class named
+/// at the start of the message ([`Fail::message`]).
+pub(crate) enum Fail {
+    Type(String),
+    Value(String),
+    Runtime(String),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::DTypeMismatch { .. } | Error::UnsupportedDType(_) => Fail::Type(e.to_string()),
+            Error::CudaUnavailable(_)
+            | Error::NvrtcUnavailable(_)
+            | Error::Compile { .. }
+            | Error::Cuda { .. } => Fail::Runtime(e.to_string()),
+            _ => Fail::Value(e.to_string()),
         }
-    })
+    }
+}
+
+impl Fail {
+    /// The message a PyTorch operator throws: the class, then what went wrong.
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Fail::Type(m) => format!("fp4norm.ArgumentTypeError: {m}"),
+            Fail::Value(m) => format!("fp4norm.ArgumentError: {m}"),
+            Fail::Runtime(m) => format!("fp4norm.RuntimeError: {m}"),
+        }
+    }
+
+    /// The Python exception.
+    fn into_py(self) -> PyErr {
+        let (class, msg) = match self {
+            Fail::Runtime(m) => return PyRuntimeError::new_err(m),
+            Fail::Type(m) => ("ArgumentTypeError", m),
+            Fail::Value(m) => ("ArgumentError", m),
+        };
+        Python::attach(|py| {
+            match py
+                .import("fp4norm._errors")
+                .and_then(|m| m.getattr(class))
+                .and_then(|c| c.call1((msg.as_str(),)))
+            {
+                Ok(exc) => PyErr::from_value(exc),
+                Err(_) => PyValueError::new_err(msg),
+            }
+        })
+    }
+}
+
+impl From<Fail> for PyErr {
+    fn from(f: Fail) -> Self {
+        f.into_py()
+    }
+}
+
+/// fp4norm's errors as Python exceptions (see [`Fail`]).
+fn to_py(e: Error) -> PyErr {
+    Fail::from(e).into_py()
 }
 
 /// Where a call runs.
@@ -95,20 +142,12 @@ fn options(
     eps: f64,
     weight_bias: f64,
 ) -> Result<Options, Error> {
-    let eps32 = eps as f32;
-    // An eps that is finite in f64 but overflows f32 is reported with its f32 value (inf).
-    if !eps.is_finite() || eps < 0.0 || !eps32.is_finite() {
-        return Err(Error::InvalidEps(eps32));
-    }
-    // The weight bias is an f32 (SPEC.md §8): one that overflows it is refused likewise.
-    let bias32 = weight_bias as f32;
-    if !weight_bias.is_finite() || !bias32.is_finite() {
-        return Err(Error::InvalidWeightBias(bias32));
-    }
+    let eps = args::eps32(eps)?;
+    let weight_bias = args::bias32(weight_bias)?;
     Ok(Options {
         format: format_of(block_size, scale_format)?,
-        eps: eps32,
-        weight_bias: bias32,
+        eps,
+        weight_bias,
     })
 }
 
@@ -282,6 +321,205 @@ fn dequantize(
     .map_err(to_py)
 }
 
+/// Residual add (if `residual` is given) + RMSNorm + FP8 quantisation (SPEC.md §8) over raw
+/// pointers. A per-tensor static scale comes by address (`static_scale`, one f32 read when
+/// the call runs) or by value (`scale_value`); without either, the scales are dynamic
+/// (`group_size` -1 for per token, `scale_format`, `scale_layout`, `s_min`) and written to
+/// `scales` (f32 values or UE8M0 bytes).
+///
+/// Called by the `fp4norm` Python layer, which derives every address and length from live
+/// arrays; calling it with made-up addresses corrupts memory.
+#[pyfunction]
+#[pyo3(signature = (
+    backend, device, stream, dtype, x, residual, weight, q, scales, static_scale, scale_value,
+    y_out, element, group_size, scale_format, scale_layout, s_min, eps, weight_bias,
+    enable_pdl=None
+))]
+#[allow(clippy::too_many_arguments)] // the op's tensors and options, as the schemas list them
+fn fused_fp8(
+    py: Python<'_>,
+    backend: String,
+    device: usize,
+    stream: usize,
+    dtype: String,
+    x: Mat,
+    residual: Option<Mat>,
+    weight: Buf,
+    q: Buf,
+    scales: Option<Buf>,
+    static_scale: Option<Buf>,
+    scale_value: Option<f64>,
+    y_out: Option<Mat>,
+    element: String,
+    group_size: i64,
+    scale_format: String,
+    scale_layout: String,
+    s_min: f64,
+    eps: f64,
+    weight_bias: f64,
+    enable_pdl: Option<bool>,
+) -> PyResult<()> {
+    let be = self::backend(&backend, device, stream).map_err(to_py)?;
+    let call = (|| -> Result<RawFp8Call, Fail> {
+        let options = match (static_scale, scale_value) {
+            (Some(_), Some(_)) => {
+                return Err(Fail::Value(
+                    "a per-tensor scale is given both by address and by value: pass one".into(),
+                ))
+            }
+            // By address the value is read when the call runs; 1.0 is never used.
+            (Some(_), None) => {
+                args::per_tensor_options(args::element(&element)?, 1.0, eps, weight_bias)?
+            }
+            (None, Some(v)) => {
+                args::per_tensor_options(args::element(&element)?, v as f32, eps, weight_bias)?
+            }
+            (None, None) => args::dynamic_options(
+                &element,
+                group_size,
+                &scale_format,
+                &scale_layout,
+                s_min,
+                eps,
+                weight_bias,
+            )?,
+        };
+        Ok(RawFp8Call {
+            dtype: dtype.parse::<DType>()?,
+            x: raw_mat(x, "input")?,
+            residual: residual.map(|r| raw_mat(r, "residual")).transpose()?,
+            weight: RawBuf::new(weight.0, weight.1),
+            q: RawBuf::new(q.0, q.1),
+            scales: scales.map(|b| RawBuf::new(b.0, b.1)),
+            static_scale: static_scale.map(|b| RawBuf::new(b.0, b.1)),
+            y_out: y_out.map(|y| raw_mat(y, "y_out")).transpose()?,
+            options,
+        })
+    })()
+    .map_err(Fail::into_py)?;
+    py.detach(move || match be {
+        // SAFETY: the Python layer passes the extents of live host arrays; run_host_fp8
+        // validates the call before touching them.
+        Backend::Cpu => unsafe { run_host_fp8(&call, HostEngine::Cpu) },
+        // SAFETY: as above.
+        Backend::Reference => unsafe { run_host_fp8(&call, HostEngine::Reference) },
+        // SAFETY: the Python layer passes live device tensors of `ordinal` and torch's
+        // current stream of that device; launch_fp8_raw validates the call and checks every
+        // pointer's device.
+        Backend::Cuda { ordinal, stream } => unsafe {
+            gpu(ordinal)?.launch_fp8_raw(
+                stream as *mut _,
+                &call,
+                &LaunchOptions {
+                    pdl: enable_pdl,
+                    devices_checked: false,
+                },
+            )
+        },
+    })
+    .map_err(|e| to_py(args::with_py_names(e)))
+}
+
+/// FP8 dequantisation (SPEC.md §8) of host memory: `m · h` codes and their scales (f32
+/// values or UE8M0 bytes, in `scale_layout`; none with a per-tensor `scale_value`) → `m · h`
+/// float32 at `out`. Host memory only: fp4norm has no FP8 dequantisation kernel.
+#[pyfunction]
+#[pyo3(signature = (
+    m, h, element, scale_value, group_size, scale_format, scale_layout, q, scales, out
+))]
+#[allow(clippy::too_many_arguments)]
+fn dequantize_fp8(
+    py: Python<'_>,
+    m: usize,
+    h: usize,
+    element: String,
+    scale_value: Option<f64>,
+    group_size: i64,
+    scale_format: String,
+    scale_layout: String,
+    q: Buf,
+    scales: Option<Buf>,
+    out: Buf,
+) -> PyResult<()> {
+    let opts = match scale_value {
+        Some(v) => args::per_tensor_options(args::element(&element)?, v as f32, 0.0, 0.0),
+        None => args::dynamic_options(
+            &element,
+            group_size,
+            &scale_format,
+            &scale_layout,
+            0.0,
+            0.0,
+            0.0,
+        ),
+    }
+    .map_err(Fail::into_py)?;
+    py.detach(move || -> Result<(), Error> {
+        // SAFETY (the slices below): the Python layer passes the extents of live host arrays
+        // (`q` and `scales` initialised, `out` a fresh array overlapping neither); alignment
+        // and null pointers are checked by host_buf.
+        let q = unsafe { host_buf::<u8>("q", q)? };
+        let out = unsafe { host_buf_mut::<f32>("out", out)? };
+        let scales = match (scales, opts.scaling) {
+            (None, _) => Fp8ScalesIn::None,
+            (
+                Some(b),
+                Fp8Scaling::Dynamic {
+                    format: Fp8ScaleFormat::UE8M0,
+                    ..
+                },
+            ) => Fp8ScalesIn::UE8M0(unsafe { host_buf::<u8>("scales", b)? }),
+            (Some(b), _) => Fp8ScalesIn::F32(unsafe { host_buf::<f32>("scales", b)? }),
+        };
+        fp8::dequantize(m, h, &opts, q, scales, out)
+    })
+    .map_err(to_py)
+}
+
+/// A host buffer as a slice, its pointer checked (null, alignment) first.
+///
+/// # Safety
+/// `buf` must address `buf.1` initialised `T` of a live allocation, written by no one else
+/// while the slice lives.
+unsafe fn host_buf<'a, T>(name: &'static str, buf: Buf) -> Result<&'a [T], Error> {
+    let (ptr, len) = buf;
+    if len == 0 {
+        return Ok(&[]);
+    }
+    check_host_ptr::<T>(name, ptr)?;
+    // SAFETY: the caller's guarantee; pointer non-null and aligned (checked).
+    Ok(unsafe { std::slice::from_raw_parts(ptr as usize as *const T, len) })
+}
+
+/// As [`host_buf`], writable.
+///
+/// # Safety
+/// As [`host_buf`], and the memory overlaps no other slice of the call.
+unsafe fn host_buf_mut<'a, T>(name: &'static str, buf: Buf) -> Result<&'a mut [T], Error> {
+    let (ptr, len) = buf;
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    check_host_ptr::<T>(name, ptr)?;
+    // SAFETY: the caller's guarantee; pointer non-null and aligned (checked).
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr as usize as *mut T, len) })
+}
+
+fn check_host_ptr<T>(name: &'static str, ptr: u64) -> Result<(), Error> {
+    if ptr == 0 {
+        return Err(Error::NullPointer { name });
+    }
+    let align = std::mem::align_of::<T>();
+    if ptr % align as u64 != 0 {
+        return Err(Error::Misaligned {
+            name,
+            address: ptr,
+            required: align,
+        });
+    }
+    Ok(())
+}
+
 /// SPEC.md §9's reduction over host memory: `inputs` (the ranks' `[M, H]` views, in rank
 /// order) summed into `out` (`M · H` elements, contiguous) by the scalar reference.
 #[pyfunction]
@@ -357,6 +595,27 @@ fn sizes(
     ))
 }
 
+/// Buffer sizes of one FP8 call: `(code bytes, scale elements, scale rows with padding,
+/// groups per row)`; `group_size` None is a per-tensor scale (no scales). Raises ValueError
+/// for a bad group, scale format or layout or a hidden size they do not allow.
+#[pyfunction]
+#[pyo3(signature = (m, h, group_size, scale_format, scale_layout))]
+fn fp8_sizes(
+    m: usize,
+    h: usize,
+    group_size: Option<i64>,
+    scale_format: String,
+    scale_layout: String,
+) -> PyResult<(usize, usize, usize, usize)> {
+    let opts = match group_size {
+        None => args::per_tensor_options(fp8::Fp8Element::E4M3, 1.0, 0.0, 0.0),
+        Some(g) => args::dynamic_options("e4m3", g, &scale_format, &scale_layout, 0.0, 0.0, 0.0),
+    }
+    .map_err(Fail::into_py)?;
+    let p = Fp8Problem::new(m, h, DType::BF16, &opts).map_err(to_py)?;
+    Ok((p.q_len(), p.scales_len(), p.scale_rows(), p.n_groups()))
+}
+
 /// Number of CUDA devices the driver reports (0 without a driver).
 #[pyfunction]
 fn cuda_device_count() -> usize {
@@ -395,6 +654,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(fused, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;
+    m.add_function(wrap_pyfunction!(fused_fp8, m)?)?;
+    m.add_function(wrap_pyfunction!(dequantize_fp8, m)?)?;
+    m.add_function(wrap_pyfunction!(fp8_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(sizes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_info, m)?)?;

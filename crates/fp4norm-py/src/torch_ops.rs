@@ -4,12 +4,12 @@
 //!
 //! The schemas are defined in Python (`fp4norm/_ops.py`, with their fake kernels); this
 //! module registers boxed kernels for them. A kernel reads its arguments off the
-//! dispatcher's stack, checks them (tensor metadata here, then the one validator,
-//! [`fp4norm::RawCall::validate`]) before anything is written, runs the CPU backend or
-//! enqueues the CUDA kernel on PyTorch's current stream, and returns its outputs. A
-//! failure becomes a C++ exception that PyTorch raises in Python as RuntimeError; its
-//! message starts with `fp4norm.<PythonClass>: ` so that the Python layer can re-raise it
-//! as that class.
+//! dispatcher's stack, checks them (tensor metadata here, then the one validator of its
+//! op, [`fp4norm::RawCall::validate`] or [`fp4norm::fp8::RawFp8Call::validate`]) before
+//! anything is written, runs the CPU backend or enqueues the CUDA kernel on PyTorch's
+//! current stream, and returns its outputs. A failure becomes a C++ exception that PyTorch
+//! raises in Python as RuntimeError; its message starts with `fp4norm.<PythonClass>: ` so
+//! that the Python layer can re-raise it as that class.
 //!
 //! Stack conventions (PyTorch ≥ 2.10, `torch/csrc/shim_common.cpp`): a Tensor argument is
 //! an owning tensor handle; an optional argument is null or a heap box holding the value,
@@ -20,11 +20,16 @@ use std::ffi::{c_char, c_void, CString};
 use std::sync::OnceLock;
 
 use fp4norm::cuda::{Gpu, LaunchOptions, RawStream};
+use fp4norm::fp8::{
+    run_host_fp8, Fp8Element, Fp8Problem, Fp8ScaleFormat, Fp8ScaleLayout, RawFp8Call,
+};
 use fp4norm::raw::{run_host, HostEngine};
 use fp4norm::{
     BlockSize, DType, Error, Fp4Format, Options, Problem, RawBuf, RawCall, RawDequant,
     RawGlobalScale, RawMat, ScaleFormat, ScaleLayout, ScaleOut,
 };
+
+use crate::{args, Fail};
 
 type Handle = *mut c_void;
 type Code = i32;
@@ -111,6 +116,7 @@ struct Codes {
     f32: Code,
     u8: Code,
     e4m3: Code,
+    e5m2: Code,
     e8m0: Code,
     fp4x2: Code,
     cpu: Code,
@@ -191,6 +197,7 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
             f32: (api.dtype_f32)(),
             u8: (api.dtype_u8)(),
             e4m3: (api.dtype_e4m3)(),
+            e5m2: (api.dtype_e5m2)(),
             e8m0: (api.dtype_e8m0)(),
             fp4x2: (api.dtype_fp4x2)(),
             cpu: (api.device_cpu)(),
@@ -234,7 +241,7 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
         if status != 0 || lib.is_null() {
             return Err(format!("registering the fp4norm {key} kernels failed"));
         }
-        let kernels: [(&str, extern "C-unwind" fn(*mut u64, u64, u64)); 7] = [
+        let kernels: [(&str, extern "C-unwind" fn(*mut u64, u64, u64)); 13] = [
             ("add_rmsnorm_fp4quant", boxed_add),
             ("add_rmsnorm_fp4quant.both", boxed_add_both),
             ("add_rmsnorm_fp4quant.out", boxed_add_out),
@@ -242,6 +249,12 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
             ("rmsnorm_fp4quant.both", boxed_rms_both),
             ("rmsnorm_fp4quant.out", boxed_rms_out),
             ("dequantize", boxed_dequantize),
+            ("rmsnorm_quant", boxed_rmsnorm_quant),
+            ("fused_add_rmsnorm_quant", boxed_fused_add_rmsnorm_quant),
+            ("add_rmsnorm_fp8quant", boxed_add_fp8),
+            ("add_rmsnorm_fp8quant.out", boxed_add_fp8_out),
+            ("rmsnorm_fp8quant", boxed_rms_fp8),
+            ("rmsnorm_fp8quant.out", boxed_rms_fp8_out),
         ];
         for (name, f) in kernels {
             let cname = CString::new(name).expect("no NUL");
@@ -258,36 +271,6 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
 // ---------------------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------------------
-
-/// A failed call, by the Python exception class it becomes.
-enum Fail {
-    Type(String),
-    Value(String),
-    Runtime(String),
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
-        match e {
-            Error::DTypeMismatch { .. } | Error::UnsupportedDType(_) => Fail::Type(e.to_string()),
-            Error::CudaUnavailable(_)
-            | Error::NvrtcUnavailable(_)
-            | Error::Compile { .. }
-            | Error::Cuda { .. } => Fail::Runtime(e.to_string()),
-            _ => Fail::Value(e.to_string()),
-        }
-    }
-}
-
-impl Fail {
-    fn message(&self) -> String {
-        match self {
-            Fail::Type(m) => format!("fp4norm.ArgumentTypeError: {m}"),
-            Fail::Value(m) => format!("fp4norm.ArgumentError: {m}"),
-            Fail::Runtime(m) => format!("fp4norm.RuntimeError: {m}"),
-        }
-    }
-}
 
 fn value<T>(msg: String) -> Result<T, Fail> {
     Err(Fail::Value(msg))
@@ -396,25 +379,34 @@ impl Stack {
 
     /// An optional `str` (freeing its string handle).
     fn optional_str(&self, i: usize) -> Result<Option<String>, Fail> {
-        let Some(handle) = self.optional(i) else {
-            return Ok(None);
-        };
-        let api = &torch().api;
-        let h = handle as *mut c_void;
-        let (mut len, mut data) = (0usize, std::ptr::null());
-        // SAFETY: an owning string handle; read, then released once.
-        let read = unsafe {
-            status((api.string_length)(h, &mut len), "reading a string")
-                .and_then(|_| status((api.string_c_str)(h, &mut data), "reading a string"))
-                .map(|_| {
-                    String::from_utf8_lossy(std::slice::from_raw_parts(data as *const u8, len))
-                        .into_owned()
-                })
-        };
-        // SAFETY: as above.
-        unsafe { (api.delete_string)(h) };
-        read.map(Some)
+        match self.optional(i) {
+            None => Ok(None),
+            Some(handle) => take_string(handle as *mut c_void).map(Some),
+        }
     }
+
+    /// A `str` (freeing its string handle).
+    fn string(&self, i: usize) -> Result<String, Fail> {
+        take_string(self.slot(i) as *mut c_void)
+    }
+}
+
+/// The text of an owning string handle, which is released (also when reading fails).
+fn take_string(h: *mut c_void) -> Result<String, Fail> {
+    let api = &torch().api;
+    let (mut len, mut data) = (0usize, std::ptr::null());
+    // SAFETY: an owning string handle; read, then released once.
+    let read = unsafe {
+        status((api.string_length)(h, &mut len), "reading a string")
+            .and_then(|_| status((api.string_c_str)(h, &mut data), "reading a string"))
+            .map(|_| {
+                String::from_utf8_lossy(std::slice::from_raw_parts(data as *const u8, len))
+                    .into_owned()
+            })
+    };
+    // SAFETY: as above.
+    unsafe { (api.delete_string)(h) };
+    read
 }
 
 const MAX_DIMS: usize = 8;
@@ -781,20 +773,96 @@ impl OpArgs {
                 ))
             })?,
         };
-        let eps = self.eps as f32;
-        if !self.eps.is_finite() || self.eps < 0.0 || !eps.is_finite() {
-            return Err(Error::InvalidEps(eps).into());
-        }
-        let weight_bias = self.weight_bias as f32;
-        if !self.weight_bias.is_finite() || !weight_bias.is_finite() {
-            return Err(Error::InvalidWeightBias(weight_bias).into());
-        }
         Ok(Options {
             format: Fp4Format::new(block, scale),
-            eps,
-            weight_bias,
+            eps: args::eps32(self.eps)?,
+            weight_bias: args::bias32(self.weight_bias)?,
         })
     }
+}
+
+/// The row tensors of a call, checked: `input` (bf16 or f16, on CPU or CUDA, 2-D or 3-D
+/// rows), `residual` and `y_out` (its shape, dtype and device) and `weight` (`[H]`,
+/// contiguous, same dtype and device). Every op of the family reads them alike.
+struct Rows {
+    x: Meta,
+    place: Place,
+    dtype: DType,
+    x_rows: RawMat,
+    residual: Option<RawMat>,
+    weight: RawBuf,
+    y_out: Option<RawMat>,
+}
+
+fn read_rows(
+    input: &Tensor,
+    residual: Option<&Tensor>,
+    weight: &Tensor,
+    y_out: Option<&Tensor>,
+) -> Result<Rows, Fail> {
+    let c = &torch().codes;
+    let x = Meta::read("input", input)?;
+    x.need_dtype(&[c.bf16, c.f16])?;
+    let place = Place::of(&x)?;
+    x.check_storage()?;
+    let dtype = if x.dtype == c.bf16 {
+        DType::BF16
+    } else {
+        DType::F16
+    };
+    let x_rows = x.rows()?;
+    let h = x_rows.cols;
+    let same_kind = |meta: &Meta| -> Result<(), Fail> {
+        place.check(meta, &x)?;
+        if meta.dtype != x.dtype {
+            return Err(Fail::Type(format!(
+                "{} has dtype {} but input is {}: input, residual, weight and y_out must share \
+                 one dtype",
+                meta.name,
+                meta.dtype_name(),
+                x.dtype_name()
+            )));
+        }
+        Ok(())
+    };
+    let same_rows = |name: &'static str, t: &Tensor| -> Result<RawMat, Fail> {
+        let meta = Meta::read(name, t)?;
+        same_kind(&meta)?;
+        if meta.shape() != x.shape() {
+            return value(format!(
+                "{name} has shape {:?} but input has shape {:?}",
+                meta.shape(),
+                x.shape()
+            ));
+        }
+        meta.rows()
+    };
+    let residual = residual.map(|r| same_rows("residual", r)).transpose()?;
+    let w = Meta::read("weight", weight)?;
+    same_kind(&w)?;
+    if w.dim != 1 || w.sizes[0] as usize != h {
+        return value(format!(
+            "weight has shape {:?}; expected ({h},), one value per hidden element",
+            w.shape()
+        ));
+    }
+    if h > 1 && w.strides[0] != 1 {
+        return value(format!(
+            "weight must be contiguous (stride 1), got stride {}",
+            w.strides[0]
+        ));
+    }
+    let weight = RawBuf::new(w.ptr, w.numel());
+    let y_out = y_out.map(|y| same_rows("y_out", y)).transpose()?;
+    Ok(Rows {
+        x,
+        place,
+        dtype,
+        x_rows,
+        residual,
+        weight,
+        y_out,
+    })
 }
 
 /// The tensors of one fused call, off the stack (all owned: released on every path).
@@ -813,74 +881,16 @@ struct FusedTensors {
 fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<Tensor>; 3]>, Fail> {
     let c = &torch().codes;
     let opts = args.options()?;
-    let x = Meta::read("input", &t.input)?;
-    x.need_dtype(&[c.bf16, c.f16])?;
-    let place = Place::of(&x)?;
-    x.check_storage()?;
-    let dtype = if x.dtype == c.bf16 {
-        DType::BF16
-    } else {
-        DType::F16
-    };
-    let x_rows = x.rows()?;
+    let Rows {
+        x,
+        place,
+        dtype,
+        x_rows,
+        residual,
+        weight,
+        y_out,
+    } = read_rows(&t.input, t.residual.as_ref(), &t.weight, t.y_out.as_ref())?;
     let (m, h) = (x_rows.rows, x_rows.cols);
-    let same_kind = |meta: &Meta| -> Result<(), Fail> {
-        place.check(meta, &x)?;
-        if meta.dtype != x.dtype {
-            return Err(Fail::Type(format!(
-                "{} has dtype {} but input is {}: input, residual, weight and y_out must share \
-                 one dtype",
-                meta.name,
-                meta.dtype_name(),
-                x.dtype_name()
-            )));
-        }
-        Ok(())
-    };
-    let residual = match &t.residual {
-        Some(r) => {
-            let meta = Meta::read("residual", r)?;
-            same_kind(&meta)?;
-            if meta.shape() != x.shape() {
-                return value(format!(
-                    "residual has shape {:?} but input has shape {:?}",
-                    meta.shape(),
-                    x.shape()
-                ));
-            }
-            Some(meta.rows()?)
-        }
-        None => None,
-    };
-    let w = Meta::read("weight", &t.weight)?;
-    same_kind(&w)?;
-    if w.dim != 1 || w.sizes[0] as usize != h {
-        return value(format!(
-            "weight has shape {:?}; expected ({h},), one value per hidden element",
-            w.shape()
-        ));
-    }
-    if h > 1 && w.strides[0] != 1 {
-        return value(format!(
-            "weight must be contiguous (stride 1), got stride {}",
-            w.strides[0]
-        ));
-    }
-    let y_out = match &t.y_out {
-        Some(y) => {
-            let meta = Meta::read("y_out", y)?;
-            same_kind(&meta)?;
-            if meta.shape() != x.shape() {
-                return value(format!(
-                    "y_out has shape {:?} but input has shape {:?}",
-                    meta.shape(),
-                    x.shape()
-                ));
-            }
-            Some(meta.rows()?)
-        }
-        None => None,
-    };
     let global_scale = match &t.global_scale {
         Some(g) => {
             let meta = Meta::read("global_scale", g)?;
@@ -973,7 +983,7 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
         dtype,
         x: x_rows,
         residual,
-        weight: RawBuf::new(w.ptr, w.numel()),
+        weight,
         y_fp4,
         scales,
         y_out,
@@ -1243,4 +1253,329 @@ fn dequantize(
         })?,
     }
     Ok(out_t)
+}
+
+// ---------------------------------------------------------------------------------------
+// The FP8 ops (SPEC.md §8)
+// ---------------------------------------------------------------------------------------
+
+/// The tensors of one FP8 call, off the stack (all owned: released on every path).
+struct Fp8Tensors {
+    input: Tensor,
+    residual: Option<Tensor>,
+    weight: Tensor,
+    y_out: Option<Tensor>,
+    /// The per-tensor static scale (`rmsnorm_quant`, `fused_add_rmsnorm_quant`); none for
+    /// dynamic scales.
+    scale: Option<Tensor>,
+    /// The FP8 codes, where preallocated (the static ops and the `.out` overloads).
+    out: Option<Tensor>,
+    /// The dynamic scales, where preallocated (the `.out` overloads).
+    scales_out: Option<Tensor>,
+}
+
+/// How the scales of an FP8 call are found, as its schema gives them.
+enum Fp8ScaleArgs {
+    /// A per-tensor scale read from the `scale` tensor; `out`'s float8 dtype picks the
+    /// element, or `element` where given (then `out` may be uint8).
+    Static { element: Option<String> },
+    /// Dynamic scales per group.
+    Dynamic {
+        element: String,
+        group_size: i64,
+        scale_format: String,
+        scale_layout: String,
+        s_min: f64,
+    },
+}
+
+/// The scalar arguments of one FP8 call.
+struct Fp8Args {
+    scales: Fp8ScaleArgs,
+    eps: f64,
+    weight_bias: f64,
+    enable_pdl: Option<bool>,
+}
+
+/// Checks the tensors and options of an FP8 call and runs it (the CPU backend, or the CUDA
+/// kernel on PyTorch's current stream); returns `[codes, scales]` where it allocated them
+/// (the functional overloads), `None` where they were given.
+fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
+    let c = &torch().codes;
+    // The scalar options first, as the FP4 op checks them: a bad one is named before any
+    // tensor is read.
+    let (dynamic, static_element) = match &a.scales {
+        Fp8ScaleArgs::Static { element } => {
+            args::eps32(a.eps)?;
+            args::bias32(a.weight_bias)?;
+            (None, element.as_deref().map(args::element).transpose()?)
+        }
+        Fp8ScaleArgs::Dynamic {
+            element,
+            group_size,
+            scale_format,
+            scale_layout,
+            s_min,
+        } => (
+            Some(args::dynamic_options(
+                element,
+                *group_size,
+                scale_format,
+                scale_layout,
+                *s_min,
+                a.eps,
+                a.weight_bias,
+            )?),
+            None,
+        ),
+    };
+    let Rows {
+        x,
+        place,
+        dtype,
+        x_rows,
+        residual,
+        weight,
+        y_out,
+    } = read_rows(&t.input, t.residual.as_ref(), &t.weight, t.y_out.as_ref())?;
+    let (m, h) = (x_rows.rows, x_rows.cols);
+    let out = match &t.out {
+        Some(q) => {
+            let meta = Meta::read("out", q)?;
+            place.check(&meta, &x)?;
+            Some(meta)
+        }
+        None => None,
+    };
+    let (options, static_scale) = match dynamic {
+        Some(o) => (o, None),
+        None => {
+            let q = out.as_ref().expect("the static ops take out");
+            let typed = if q.dtype == c.e4m3 {
+                Some(Fp8Element::E4M3)
+            } else if q.dtype == c.e5m2 {
+                Some(Fp8Element::E5M2)
+            } else {
+                None
+            };
+            let element = match (typed, static_element) {
+                (Some(t), None) => t,
+                (Some(t), Some(e)) if t == e => t,
+                (None, Some(e)) if q.dtype == c.u8 => e,
+                (Some(_), Some(e)) => {
+                    return Err(Fail::Type(format!(
+                        "out has dtype {} but element = \"{e}\": pass out of the element's \
+                         float8 dtype (or uint8), or leave element None to take out's format",
+                        q.dtype_name()
+                    )))
+                }
+                _ => {
+                    return Err(Fail::Type(format!(
+                        "out has dtype {}; expected float8_e4m3fn or float8_e5m2 (its dtype \
+                         picks the FP8 format), or uint8 with element",
+                        q.dtype_name()
+                    )))
+                }
+            };
+            let scale = t.scale.as_ref().expect("the static ops take a scale");
+            let sc = Meta::read("scale", scale)?;
+            place.check(&sc, &x)?;
+            sc.need_dtype(&[c.f32])?;
+            if sc.dim > 1 || sc.numel() != 1 {
+                return value(format!(
+                    "scale has shape {:?}: pass a float32 tensor of shape (1,) (or 0-d) on the \
+                     input's device",
+                    sc.shape()
+                ));
+            }
+            let options = args::per_tensor_options(element, 1.0, a.eps, a.weight_bias)?;
+            (options, Some(sc.flat()?))
+        }
+    };
+    // Shapes and options are checked before any output exists.
+    let p = Fp8Problem::new(m, h, dtype, &options)?;
+    let code_dtype = match options.element {
+        Fp8Element::E4M3 => c.e4m3,
+        Fp8Element::E5M2 => c.e5m2,
+    };
+    let scale_dtypes: &[Code] = match p.scale_format() {
+        None => &[],
+        Some(Fp8ScaleFormat::F32 { .. }) => &[c.f32],
+        Some(Fp8ScaleFormat::UE8M0) => &[c.u8, c.e8m0],
+    };
+    let mut allocated = None;
+    let (q, scales) = match out {
+        Some(q) => {
+            q.need_dtype(&[code_dtype, c.u8])?;
+            let scales = match &t.scales_out {
+                Some(s) => {
+                    let meta = Meta::read("scales_out", s)?;
+                    place.check(&meta, &x)?;
+                    meta.need_dtype(scale_dtypes)?;
+                    Some(meta.flat()?)
+                }
+                None => None,
+            };
+            (q.flat()?, scales)
+        }
+        None => {
+            let q = empty(x.shape(), code_dtype, place)?;
+            let n = p.n_groups() as i64;
+            let shape = match p.layout() {
+                Some(Fp8ScaleLayout::ColumnMajor) => vec![n, p.scale_rows() as i64],
+                Some(Fp8ScaleLayout::Swizzled) => vec![p.scales_len() as i64],
+                _ => {
+                    let mut v = x.shape()[..x.dim - 1].to_vec();
+                    v.push(n);
+                    v
+                }
+            };
+            let s = empty(
+                &shape,
+                scale_dtypes.first().copied().unwrap_or(c.f32),
+                place,
+            )?;
+            let bufs = (
+                Meta::read("out", &q)?.flat()?,
+                Some(Meta::read("scales_out", &s)?.flat()?),
+            );
+            allocated = Some([q, s]);
+            bufs
+        }
+    };
+    let call = RawFp8Call {
+        dtype,
+        x: x_rows,
+        residual,
+        weight,
+        q,
+        scales,
+        static_scale,
+        y_out,
+        options,
+    };
+    match place {
+        // SAFETY: every address and extent comes from a live CPU tensor of this call;
+        // run_host_fp8 validates the call before touching them.
+        Place::Cpu => {
+            unsafe { run_host_fp8(&call, HostEngine::Cpu) }.map_err(args::with_py_names)?
+        }
+        Place::Cuda(index) => launch_cuda(index, a.enable_pdl, |gpu, stream, opts| {
+            // SAFETY: live CUDA tensors of device `index` (their metadata says so) and
+            // PyTorch's current stream of that device; validated before launching.
+            unsafe { gpu.launch_fp8_raw(stream, &call, opts) }.map_err(args::with_py_names)
+        })?,
+    }
+    Ok(allocated)
+}
+
+/// `fp4norm::rmsnorm_quant` / `fused_add_rmsnorm_quant` (FlashInfer's): writes `out` (and
+/// the residual) in place, returns nothing.
+///
+/// Schema (with residual): out(a!), input, residual(b!), weight, scale, eps, enable_pdl?,
+/// y_out(c!)?, weight_bias, element?.
+fn static_quant(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
+    run_boxed(|| {
+        let s = Stack {
+            slots: stack,
+            len: n_args.max(n_out) as usize,
+        };
+        let r = with_residual as usize;
+        // Every argument is taken off the stack first, so that all are released on any path.
+        let tensors = Fp8Tensors {
+            out: Some(s.tensor(0)),
+            input: s.tensor(1),
+            residual: with_residual.then(|| s.tensor(2)),
+            weight: s.tensor(2 + r),
+            scale: Some(s.tensor(3 + r)),
+            y_out: s.optional_tensor(6 + r),
+            scales_out: None,
+        };
+        let enable_pdl = s.optional_bool(5 + r);
+        let element = s.optional_str(8 + r);
+        let args = Fp8Args {
+            scales: Fp8ScaleArgs::Static { element: element? },
+            eps: s.f64(4 + r),
+            enable_pdl,
+            weight_bias: s.f64(7 + r),
+        };
+        fused_fp8(&tensors, &args)?;
+        Ok(())
+    })
+}
+
+/// `fp4norm::add_rmsnorm_fp8quant` / `rmsnorm_fp8quant` with dynamic scales: the functional
+/// overloads allocate and return `(out, scales)`, the `.out` overloads write preallocated
+/// ones.
+///
+/// Schema (with residual): input, residual(a!), weight, [out(b!), scales_out(c!),] element,
+/// group_size, scale_format, scale_layout, s_min, eps, y_out(d!)?, enable_pdl?, weight_bias.
+fn dynamic_quant(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, out_form: bool) {
+    run_boxed(|| {
+        let mut s = Stack {
+            slots: stack,
+            len: n_args.max(n_out) as usize,
+        };
+        let r = with_residual as usize;
+        let k = 2 + r + if out_form { 2 } else { 0 };
+        // Every argument is taken off the stack first (strings and boxes are freed as they
+        // are read), so that all are released on any path.
+        let tensors = Fp8Tensors {
+            input: s.tensor(0),
+            residual: with_residual.then(|| s.tensor(1)),
+            weight: s.tensor(1 + r),
+            out: out_form.then(|| s.tensor(2 + r)),
+            scales_out: out_form.then(|| s.tensor(3 + r)),
+            scale: None,
+            y_out: s.optional_tensor(k + 6),
+        };
+        let element = s.string(k);
+        let scale_format = s.string(k + 2);
+        let scale_layout = s.string(k + 3);
+        let enable_pdl = s.optional_bool(k + 7);
+        let args = Fp8Args {
+            scales: Fp8ScaleArgs::Dynamic {
+                element: element?,
+                group_size: s.i64(k + 1),
+                scale_format: scale_format?,
+                scale_layout: scale_layout?,
+                s_min: s.f64(k + 4),
+            },
+            eps: s.f64(k + 5),
+            enable_pdl,
+            weight_bias: s.f64(k + 8),
+        };
+        let outs = fused_fp8(&tensors, &args)?;
+        drop(tensors);
+        if let Some(outs) = outs {
+            for (i, t) in outs.into_iter().enumerate() {
+                s.set(i, t.into_raw());
+            }
+        }
+        Ok(())
+    })
+}
+
+extern "C-unwind" fn boxed_rmsnorm_quant(stack: *mut u64, n_args: u64, n_out: u64) {
+    static_quant(stack, n_args, n_out, false)
+}
+
+extern "C-unwind" fn boxed_fused_add_rmsnorm_quant(stack: *mut u64, n_args: u64, n_out: u64) {
+    static_quant(stack, n_args, n_out, true)
+}
+
+extern "C-unwind" fn boxed_add_fp8(stack: *mut u64, n_args: u64, n_out: u64) {
+    dynamic_quant(stack, n_args, n_out, true, false)
+}
+
+extern "C-unwind" fn boxed_add_fp8_out(stack: *mut u64, n_args: u64, n_out: u64) {
+    dynamic_quant(stack, n_args, n_out, true, true)
+}
+
+extern "C-unwind" fn boxed_rms_fp8(stack: *mut u64, n_args: u64, n_out: u64) {
+    dynamic_quant(stack, n_args, n_out, false, false)
+}
+
+extern "C-unwind" fn boxed_rms_fp8_out(stack: *mut u64, n_args: u64, n_out: u64) {
+    dynamic_quant(stack, n_args, n_out, false, true)
 }

@@ -1,6 +1,6 @@
 """fp4norm: fused residual add + RMSNorm + FP4 block quantisation (NVFP4, MXFP4 and the
-other block/scale pairings), bit-exact to one contract (SPEC.md) on CPUs and NVIDIA GPUs
-(sm_80 and newer: Ampere, Hopper, Blackwell).
+other block/scale pairings) and its FP8 siblings, bit-exact to one contract (SPEC.md) on
+CPUs and NVIDIA GPUs (sm_80 and newer: Ampere, Hopper, Blackwell).
 
 A drop-in for FlashInfer's ``add_rmsnorm_fp4quant`` / ``rmsnorm_fp4quant`` (same
 signatures, argument order, defaults, return values and output dtypes) that also runs on
@@ -12,6 +12,15 @@ Hopper and on the CPU:
   is not a stream operation);
 * torch CPU tensors and NumPy arrays (``float16``, or ``ml_dtypes.bfloat16``) run on the
   CPU backend (multi-threaded; the GIL is released).
+
+The FP8 family (SPEC.md §8), on the same backends and with the same conventions:
+FlashInfer's ``rmsnorm_quant`` / ``fused_add_rmsnorm_quant`` (a per-tensor static scale;
+``out``'s float8 dtype picks E4M3 or E5M2), ``add_rmsnorm_fp8quant`` /
+``rmsnorm_fp8quant`` with dynamic scales (per token or per group of 32, 64, 128; f32 or
+UE8M0; row-major, column-major or swizzled 128x4), the MXFP8 shorthands
+``add_rmsnorm_mxfp8quant`` / ``rmsnorm_mxfp8quant``, and ``dequantize_fp8`` (host arrays).
+FP8 codes are ``torch.float8_e4m3fn`` / ``float8_e5m2`` (NumPy: ml_dtypes' float8 types),
+f32 scales ``float32``, UE8M0 scales ``uint8``.
 
 Outputs are arrays of the input's kind. torch: ``y_fp4`` is ``torch.float4_e2m1fn_x2``
 (``uint8`` on a torch without it), E4M3 scales ``torch.float8_e4m3fn``, UE8M0 scales
@@ -49,6 +58,14 @@ __all__ = [
     "add_rmsnorm_fp4quant",
     "rmsnorm_fp4quant",
     "dequantize",
+    "rmsnorm_quant",
+    "fused_add_rmsnorm_quant",
+    "add_rmsnorm_fp8quant",
+    "rmsnorm_fp8quant",
+    "add_rmsnorm_mxfp8quant",
+    "rmsnorm_mxfp8quant",
+    "dequantize_fp8",
+    "fp8_scale_sizes",
     "cuda_device_count",
     "cuda_device_info",
     "scale_sizes",
@@ -310,6 +327,320 @@ def dequantize(
     return _api.dequantize(
         y_fp4, block_scale, global_scale, block_size, scale_format, is_sf_swizzled_layout, m, h
     )
+
+
+# ---------------------------------------------------------------------------------------
+# The FP8 family (SPEC.md §8)
+# ---------------------------------------------------------------------------------------
+
+
+def rmsnorm_quant(
+    out: Array,
+    input: Array,
+    weight: Array,
+    scale: Union[Array, float],
+    eps: float = 1e-6,
+    enable_pdl: Optional[bool] = None,
+    *,
+    y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
+) -> None:
+    """RMSNorm + FP8 quantisation with a per-tensor static scale (FlashInfer's signature).
+
+    Computes, row by row (SPEC.md §1 steps 2-4 and §8)::
+
+        y   <- input * rstd * weight            rstd = 1/sqrt(mean(input^2) + eps), exact
+        out <- FP8(y * RN32(1 / scale))         round to nearest even, saturating
+
+    bit for bit as fp4norm's contract defines it (the same bytes on every backend).
+
+    Args:
+        out: preallocated output, ``input``'s shape (any shape of ``M*H`` elements),
+            contiguous, **written in place**. Its dtype picks the element format:
+            ``torch.float8_e4m3fn`` (max 448) or ``torch.float8_e5m2`` (max 57344); NumPy:
+            ``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2``. Values beyond the format's
+            maximum saturate to it; NaN gives ``0x7F``.
+        input: ``[M, H]`` or ``[B, S, H]``, bfloat16 or float16, any ``H >= 1``; read
+            only. Rows may be strided (the last dimension must be contiguous).
+        weight: ``[H]``, same dtype, contiguous.
+        scale: the per-tensor scale ``s``: a float32 tensor of shape ``(1,)`` (or 0-d) on
+            the input's device, read by the kernel when it runs (so a captured CUDA graph
+            sees new values on replay), or a Python float. Any value flows through the
+            formula (``s = 0`` gives ``inv = +Inf``). Never copied or moved: one on
+            another device raises ValueError.
+        eps: RMSNorm epsilon, finite and >= 0.
+        enable_pdl: CUDA only, as in FlashInfer: None or True launch with programmatic
+            dependent launch wherever the device has it (sm_90+), False never.
+        y_out: keyword-only extension: preallocated ``input``-shaped output for the
+            normalised values before quantisation (``RNdt(y)``, the FP4 op's bits).
+        weight_bias: keyword-only extension (FlashInfer's ``rmsnorm_quant`` has none):
+            added to every weight, ``w' = RN32(w + weight_bias)`` (SPEC.md §8); 1.0 for
+            Gemma-family ``(1 + w)`` norms. None or 0 leaves the weight as it is.
+
+    Dequantise with ``out.float() * scale`` (:func:`dequantize_fp8` with
+    ``group="tensor"``). Raises ``fp4norm.ArgumentTypeError`` / ``fp4norm.ArgumentError``
+    (also AssertionErrors, as FlashInfer raises) before anything is written, and
+    RuntimeError for driver and compiler failures.
+    """
+    if isinstance(input, _Tensor):
+        _torch_ops.quant_static(
+            out, input, None, weight, scale, eps, enable_pdl, y_out, weight_bias
+        )
+        return None
+    _api.fused_fp8(
+        input, None, weight, out, None, scale, None, None, None, None, None, eps, y_out,
+        enable_pdl, weight_bias, static=True,
+    )
+    return None
+
+
+def fused_add_rmsnorm_quant(
+    out: Array,
+    input: Array,
+    residual: Array,
+    weight: Array,
+    scale: Union[Array, float],
+    eps: float = 1e-6,
+    enable_pdl: Optional[bool] = None,
+    *,
+    y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
+) -> None:
+    """Fused residual add + RMSNorm + FP8 quantisation with a per-tensor static scale
+    (FlashInfer's signature)::
+
+        residual <- RNdt(input + residual)                           (in place)
+        out      <- FP8(RN32(residual * rstd * weight) * RN32(1 / scale))
+
+    As :func:`rmsnorm_quant` (every argument's contract is the same), with ``residual``:
+    same shape and dtype as ``input``, **updated in place** and never copied (a layout
+    fp4norm cannot write in place raises ValueError). ``input`` is only read (FlashInfer's
+    operator declares it unchanged too). ``weight_bias`` and ``y_out`` are keyword-only
+    extensions FlashInfer's ``fused_add_rmsnorm_quant`` does not have.
+    """
+    if isinstance(input, _Tensor):
+        _torch_ops.quant_static(
+            out, input, residual, weight, scale, eps, enable_pdl, y_out, weight_bias
+        )
+        return None
+    _api.fused_fp8(
+        input, residual, weight, out, None, scale, None, None, None, None, None, eps, y_out,
+        enable_pdl, weight_bias, static=True,
+    )
+    return None
+
+
+def add_rmsnorm_fp8quant(
+    input: Array,
+    residual: Array,
+    weight: Array,
+    out: Optional[Array] = None,
+    scales_out: Optional[Array] = None,
+    eps: float = 1e-6,
+    *,
+    scale: Union[Array, float, None] = None,
+    element: Optional[str] = None,
+    group: Union[str, int, None] = None,
+    scale_format: Optional[str] = None,
+    scale_layout: Optional[str] = None,
+    s_min: Optional[float] = None,
+    y_out: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
+    weight_bias: Optional[float] = None,
+) -> Tuple[Array, Array]:
+    """Fused residual add + RMSNorm + FP8 quantisation with dynamic scales (per token or
+    per group) or a per-tensor static scale (SPEC.md §8), bit-exact on every backend::
+
+        residual <- RNdt(input + residual)                         (in place)
+        y        <- RN32(RN32(residual * rstd) * w')               w' = RN32(w + weight_bias)
+        s        <- RN32(amax(group) / FMAX)  (f32, floored at s_min; or UE8M0, rounded up)
+        out      <- FP8(RN32(y * inv))        inv = RN32(1 / s)    (0 where s = 0)
+
+    ``FMAX`` is 448 (E4M3) or 57344 (E5M2); NaN anywhere in a group makes its scale NaN.
+
+    Args:
+        input: ``[M, H]`` or ``[B, S, H]``, bfloat16 or float16; read only. Rows may be
+            strided (the last dimension must be contiguous).
+        residual: same shape and dtype, **updated in place**; never copied.
+        weight: ``[H]``, same dtype, contiguous.
+        out: the FP8 codes, ``input``'s shape: ``float8_e4m3fn`` / ``float8_e5m2`` (or
+            uint8 with ``element``); NumPy: ml_dtypes' float8 types where installed.
+            Allocated if None; a given one must be contiguous and is written in place.
+        scales_out: the dynamic scales, allocated if None: float32 for ``"f32"``, uint8
+            (or ``float8_e8m0fnu``) UE8M0 codes for ``"ue8m0"``; ``[..., H/G]`` row-major,
+            ``[H/G, 4*ceil(M/4)]`` column-major (padding rows zero: the layout Hopper FP8
+            GEMMs read), or flat ``128*ceil(M/128) * 4*ceil((H/32)/4)`` swizzled 128x4
+            (MXFP8's, padding zero). Not with a per-tensor ``scale``.
+        eps: RMSNorm epsilon, finite and >= 0.
+        scale: a per-tensor static scale instead of dynamic ones (as
+            :func:`fused_add_rmsnorm_quant`): a float32 ``(1,)`` array on the input's
+            device (read when the kernel runs) or a float. Then ``group``,
+            ``scale_format``, ``scale_layout``, ``s_min`` and ``scales_out`` must be None.
+        element: ``"e4m3"`` or ``"e5m2"``; None takes ``out``'s float8 dtype, else E4M3.
+        group: elements per scale: ``"token"`` (None; one scale per row, any ``H``), or
+            32, 64, 128 (``H`` a multiple of it).
+        scale_format: ``"f32"`` (None) or ``"ue8m0"`` (a power of two rounded up from
+            ``amax / FMAX``).
+        scale_layout: ``"row-major"`` (None), ``"column-major"`` or ``"swizzled"``
+            (UE8M0 scales in groups of 32 only: MXFP8).
+        s_min: f32 scales only: the scale floor (``s = max(s, s_min)``), finite and >= 0;
+            None or 0 is no floor (vLLM's per-token quant uses ``1 / (448 * 512)``).
+        y_out: optional preallocated ``input``-shaped output: the normalised values
+            before quantisation, rounded to the dtype.
+        enable_pdl: CUDA only: None or True use programmatic dependent launch where the
+            device has it (sm_90+), False never.
+        weight_bias: added to every weight (1.0 for Gemma's ``(1 + w)``); None or 0 leaves
+            it as it is.
+
+    Returns:
+        ``(out, scales)``: the given or allocated outputs; with a per-tensor ``scale``,
+        ``scales`` is that scale as a float32 ``(1,)`` array (what :func:`dequantize_fp8`
+        with ``group="tensor"`` multiplies by).
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype (``fp4norm.ArgumentTypeError``).
+        ValueError: wrong shape or device, ``H`` not a multiple of the group, a swizzled
+            layout without UE8M0 scales in groups of 32, bad eps, s_min or weight_bias,
+            outputs aliasing inputs or each other (``fp4norm.ArgumentError``). Nothing is
+            written then.
+        RuntimeError: the CUDA driver, NVRTC or a kernel compile failed.
+    """
+    if isinstance(input, _Tensor):
+        return _torch_ops.quant(
+            input, residual, weight, out, scales_out, eps, scale, element, group, scale_format,
+            scale_layout, s_min, y_out, enable_pdl, weight_bias,
+        )
+    return _api.fused_fp8(
+        input, residual, weight, out, scales_out, scale, element, group, scale_format,
+        scale_layout, s_min, eps, y_out, enable_pdl, weight_bias,
+    )
+
+
+def rmsnorm_fp8quant(
+    input: Array,
+    weight: Array,
+    out: Optional[Array] = None,
+    scales_out: Optional[Array] = None,
+    eps: float = 1e-6,
+    *,
+    scale: Union[Array, float, None] = None,
+    element: Optional[str] = None,
+    group: Union[str, int, None] = None,
+    scale_format: Optional[str] = None,
+    scale_layout: Optional[str] = None,
+    s_min: Optional[float] = None,
+    y_out: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
+    weight_bias: Optional[float] = None,
+) -> Tuple[Array, Array]:
+    """RMSNorm + FP8 quantisation without a residual: :func:`add_rmsnorm_fp8quant` with
+    ``h = input`` (nothing is written back), the same arguments and results."""
+    if isinstance(input, _Tensor):
+        return _torch_ops.quant(
+            input, None, weight, out, scales_out, eps, scale, element, group, scale_format,
+            scale_layout, s_min, y_out, enable_pdl, weight_bias,
+        )
+    return _api.fused_fp8(
+        input, None, weight, out, scales_out, scale, element, group, scale_format,
+        scale_layout, s_min, eps, y_out, enable_pdl, weight_bias,
+    )
+
+
+def add_rmsnorm_mxfp8quant(
+    input: Array,
+    residual: Array,
+    weight: Array,
+    out: Optional[Array] = None,
+    scales_out: Optional[Array] = None,
+    eps: float = 1e-6,
+    *,
+    scale_layout: str = "swizzled",
+    y_out: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
+    weight_bias: Optional[float] = None,
+) -> Tuple[Array, Array]:
+    """MXFP8: :func:`add_rmsnorm_fp8quant` with E4M3 elements and UE8M0 scales per group of
+    32, in the swizzled 128x4 layout Blackwell's block-scaled GEMMs read (padding zero), or
+    ``scale_layout="row-major"`` (``[..., H/32]``). ``H`` must be a multiple of 32.
+    Returns ``(out, scales)``."""
+    return add_rmsnorm_fp8quant(
+        input, residual, weight, out, scales_out, eps, element="e4m3", group=32,
+        scale_format="ue8m0", scale_layout=scale_layout, y_out=y_out, enable_pdl=enable_pdl,
+        weight_bias=weight_bias,
+    )
+
+
+def rmsnorm_mxfp8quant(
+    input: Array,
+    weight: Array,
+    out: Optional[Array] = None,
+    scales_out: Optional[Array] = None,
+    eps: float = 1e-6,
+    *,
+    scale_layout: str = "swizzled",
+    y_out: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
+    weight_bias: Optional[float] = None,
+) -> Tuple[Array, Array]:
+    """MXFP8 without a residual: :func:`add_rmsnorm_mxfp8quant` with ``h = input``."""
+    return rmsnorm_fp8quant(
+        input, weight, out, scales_out, eps, element="e4m3", group=32, scale_format="ue8m0",
+        scale_layout=scale_layout, y_out=y_out, enable_pdl=enable_pdl, weight_bias=weight_bias,
+    )
+
+
+def dequantize_fp8(
+    q: Array,
+    scales: Union[Array, float],
+    *,
+    element: Optional[str] = None,
+    group: Union[str, int] = "token",
+    scale_format: str = "f32",
+    scale_layout: str = "row-major",
+    m: Optional[int] = None,
+    h: Optional[int] = None,
+) -> Array:
+    """FP8 codes and their scales back to float32 (SPEC.md §8), bit-exact:
+    ``value = RN32(fp8_value(q) * scale)``, with the written scale of the element's group
+    (f32, or ``2^(code - 127)`` for UE8M0) or, with ``group="tensor"``, the per-tensor
+    scale ``s`` itself (quantising multiplied by ``RN32(1/s)``). A NaN is written as
+    ``0x7FFFFFFF``.
+
+    Host arrays only (NumPy, torch CPU tensors): fp4norm has no FP8 dequantisation kernel,
+    and a CUDA tensor raises ValueError (pass ``.cpu()`` copies).
+
+    Args:
+        q: FP8 codes ``[..., H]``, contiguous: ``float8_e4m3fn`` / ``float8_e5m2`` (their
+            dtype gives the format) or uint8 with ``element``.
+        scales: as the quantising call wrote them (the layout's padding is not read); with
+            ``group="tensor"``, the per-tensor scale (a float, or a float32 array of one
+            value).
+        element: ``"e4m3"`` or ``"e5m2"``; None takes ``q``'s float8 dtype.
+        group, scale_format, scale_layout: those of the quantising call (``group`` also
+            ``"tensor"``).
+        m, h: rows and hidden size, read from ``q``'s shape unless given (for a flat ``q``).
+
+    Returns:
+        float32 ``q``'s shape (``[m, h]`` when ``m`` and ``h`` are given), of ``q``'s kind.
+    """
+    return _api.dequantize_fp8(q, scales, element, group, scale_format, scale_layout, m, h)
+
+
+def fp8_scale_sizes(
+    m: int,
+    h: int,
+    group: Union[str, int] = "token",
+    scale_format: str = "f32",
+    scale_layout: str = "row-major",
+) -> Tuple[int, int]:
+    """``(code bytes, scale elements)`` of an FP8 call on ``M`` rows of ``H``: ``M*H`` and
+    the scale buffer's length with its padding (f32 values or UE8M0 bytes). Raises
+    ValueError for a group, format or layout that ``H`` does not allow."""
+    q_len, scales_len, _, _ = _core.fp8_sizes(
+        m, h, _api.fp8_group(group), _api.fp8_name(scale_format, "scale_format", "f32"),
+        _api.fp8_name(scale_layout, "scale_layout", "row-major"),
+    )
+    return q_len, scales_len
 
 
 def cuda_device_count() -> int:

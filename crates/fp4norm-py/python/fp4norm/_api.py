@@ -32,6 +32,7 @@ def _torch_dtype_codes(torch: Any) -> dict:
         }
         for attr, code in (
             ("float8_e4m3fn", "e4m3"),
+            ("float8_e5m2", "e5m2"),
             ("float8_e8m0fnu", "ue8m0"),
             ("float4_e2m1fn_x2", "fp4x2"),
         ):
@@ -48,6 +49,7 @@ _NUMPY_NAMES = {
     "float32": "f32",
     "uint8": "u8",
     "float8_e4m3fn": "e4m3",
+    "float8_e5m2": "e5m2",
     "float8_e8m0fnu": "ue8m0",
 }
 
@@ -57,9 +59,20 @@ _DTYPE_WORDS = {
     "f32": "float32",
     "u8": "uint8",
     "e4m3": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
     "ue8m0": "float8_e8m0fnu",
     "fp4x2": "float4_e2m1fn_x2",
 }
+
+
+def _np_fp8(code: str) -> Any:
+    """The NumPy dtype of FP8 codes (``e4m3``, ``e5m2``): ml_dtypes' float8 type, or None
+    without ml_dtypes. Imported on first use: ``import fp4norm`` imports no NumPy."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}.get(code)
 
 
 class _View:
@@ -243,13 +256,17 @@ def _view(obj: Any, name: str) -> _View:
 # --------------------------------------------------------------------------------------
 
 
-def _empty(ref: _View, shape: Tuple[int, ...], code: str) -> Any:
+def _empty(ref: _View, shape: Tuple[int, ...], code: str, typed: bool = False) -> Any:
     """An uninitialised array of the input's kind and device; `code` is the logical dtype
-    (`u8`, `fp4x2`, `e4m3`, `ue8m0`, `f32`). NumPy outputs are uint8 for every byte
-    output (view them with ml_dtypes if you want typed values)."""
+    (`u8`, `fp4x2`, `e4m3`, `e5m2`, `ue8m0`, `f32`). NumPy outputs are uint8 for every
+    byte output (view them with ml_dtypes if you want typed values), except with `typed`
+    (FP8 codes, whose dtype says their format): ml_dtypes' float8 types where installed."""
     if ref.kind == "numpy":
         import numpy as np
 
+        fp8 = _np_fp8(code) if typed else None
+        if fp8 is not None:
+            return np.empty(shape, dtype=fp8)
         return np.empty(shape, dtype=np.float32 if code == "f32" else np.uint8)
     import torch
 
@@ -259,6 +276,7 @@ def _empty(ref: _View, shape: Tuple[int, ...], code: str) -> Any:
     want = {
         "fp4x2": getattr(torch, "float4_e2m1fn_x2", None),
         "e4m3": getattr(torch, "float8_e4m3fn", None),
+        "e5m2": getattr(torch, "float8_e5m2", None),
     }.get(code)
     if want is not None:
         try:
@@ -405,28 +423,15 @@ def _backend(ref: _View, backend: Optional[str]) -> Tuple[str, int, int]:
 # --------------------------------------------------------------------------------------
 
 
-def fused(
-    input: Any,
-    residual: Any,
-    weight: Any,
-    y_fp4: Any,
-    block_scale: Any,
-    global_scale: Any,
-    eps: Any,
-    block_size: Any,
-    scale_format: Any,
-    is_sf_swizzled_layout: Any,
-    output_both_sf_layouts: Any,
-    block_scale_unswizzled: Any,
-    enable_pdl: Any,
-    y_out: Any,
-    weight_bias: Any = None,
-    backend: Optional[str] = None,
-) -> Tuple[Any, ...]:
+def _row_inputs(
+    input: Any, residual: Any, weight: Any
+) -> Tuple[_View, Tuple[int, int, int, int], Any, Tuple[int, int]]:
+    """`(input view, input rows, residual rows or None, weight buffer)`, checked: the row
+    inputs every op of the family takes alike."""
     x = _view(input, "input")
     x.need_dtype(("bf16", "f16"))
     x_rows = x.rows()
-    _, m, h, _ = x_rows
+    h = x_rows[2]
 
     r_rows = None
     if residual is not None:
@@ -455,7 +460,66 @@ def fused(
         raise ArgumentError(f"weight has shape {list(w.shape)}; expected ({h},), one value per hidden element")
     if h > 1 and w.strides[0] != 1:
         raise ArgumentError(f"weight must be contiguous (stride 1), got stride {w.strides[0]}")
-    w_buf = (w.ptr, w.numel)
+    return x, x_rows, r_rows, (w.ptr, w.numel)
+
+
+def _y_out_rows(y_out: Any, x: _View) -> Optional[Tuple[int, int, int, int]]:
+    """The rows of the optional ``y_out`` (input's shape, dtype and place), checked."""
+    if y_out is None:
+        return None
+    y = _view(y_out, "y_out")
+    y.same_place(x)
+    if y.dt != x.dt:
+        raise ArgumentTypeError(
+            f"y_out has dtype {_DTYPE_WORDS.get(y.dt, y.dt)} but input is {_DTYPE_WORDS[x.dt]}"
+        )
+    y.need_writeable()
+    if y.shape != x.shape:
+        raise ArgumentError(f"y_out has shape {list(y.shape)} but input has shape {list(x.shape)}")
+    return y.rows()
+
+
+def _output(
+    x: _View,
+    obj: Any,
+    name: str,
+    shape: Tuple[int, ...],
+    code: str,
+    allowed: Tuple[str, ...],
+    typed: bool = False,
+) -> Tuple[Any, Tuple[int, int]]:
+    """An output: allocated like ``x`` where ``obj`` is None (``typed`` as for
+    :func:`_empty`), else the caller's, checked (place, dtype, writeable, one flat block) to
+    be written in place."""
+    if obj is None:
+        obj = _empty(x, shape, code, typed)
+    v = _view(obj, name)
+    v.same_place(x)
+    v.need_dtype(allowed)
+    v.need_writeable()
+    return obj, v.flat()
+
+
+def fused(
+    input: Any,
+    residual: Any,
+    weight: Any,
+    y_fp4: Any,
+    block_scale: Any,
+    global_scale: Any,
+    eps: Any,
+    block_size: Any,
+    scale_format: Any,
+    is_sf_swizzled_layout: Any,
+    output_both_sf_layouts: Any,
+    block_scale_unswizzled: Any,
+    enable_pdl: Any,
+    y_out: Any,
+    weight_bias: Any = None,
+    backend: Optional[str] = None,
+) -> Tuple[Any, ...]:
+    x, x_rows, r_rows, w_buf = _row_inputs(input, residual, weight)
+    _, m, h, _ = x_rows
 
     block_size, fmt = _block_and_format(block_size, scale_format)
     eps = _eps(eps)
@@ -469,13 +533,7 @@ def fused(
 
     # Outputs: allocated here, or the caller's (checked, then written in place).
     def output(obj: Any, name: str, shape: Tuple[int, ...], code: str, allowed: Tuple[str, ...]):
-        if obj is None:
-            obj = _empty(x, shape, code)
-        v = _view(obj, name)
-        v.same_place(x)
-        v.need_dtype(allowed)
-        v.need_writeable()
-        return obj, v.flat()
+        return _output(x, obj, name, shape, code, allowed)
 
     y_fp4, q_buf = output(y_fp4, "y_fp4", lead + (h // 2,), "fp4x2", ("u8", "fp4x2"))
     row_major_buf = swizzled_buf = None
@@ -496,19 +554,7 @@ def fused(
             block_scale, "block_scale", lead + (h // block_size,), scale_code, _scale_dtypes(fmt)
         )
 
-    y_rows = None
-    if y_out is not None:
-        y = _view(y_out, "y_out")
-        y.same_place(x)
-        if y.dt != x.dt:
-            raise ArgumentTypeError(
-                f"y_out has dtype {_DTYPE_WORDS.get(y.dt, y.dt)} but input is {_DTYPE_WORDS[x.dt]}"
-            )
-        y.need_writeable()
-        if y.shape != x.shape:
-            raise ArgumentError(f"y_out has shape {list(y.shape)} but input has shape {list(x.shape)}")
-        y_rows = y.rows()
-
+    y_rows = _y_out_rows(y_out, x)
     gs_buf, gs_keep = _global_scale(global_scale, x, m)
     be, ordinal, stream = _backend(x, backend)
     _core.fused(
@@ -583,6 +629,297 @@ def dequantize(
         be, ordinal, stream, m, h, block_size, fmt, q_buf, sf_buf, swizzled, gs_buf, o_buf
     )
     del gs_keep
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The FP8 family (SPEC.md §8)
+# --------------------------------------------------------------------------------------
+
+_FP8_ELEMENT_NAMES = {
+    "e4m3": "e4m3",
+    "e4m3fn": "e4m3",
+    "float8_e4m3fn": "e4m3",
+    "e5m2": "e5m2",
+    "float8_e5m2": "e5m2",
+}
+
+
+def fp8_element(element: Any, out_code: Optional[str]) -> str:
+    """The element format, ``"e4m3"`` or ``"e5m2"``: ``element`` where given (it must agree
+    with a float8 ``out``), else ``out``'s float8 dtype, else E4M3. ``out_code`` is the
+    dtype code of the ``out`` given, or None."""
+    typed = out_code if out_code in ("e4m3", "e5m2") else None
+    if element is None:
+        return typed or "e4m3"
+    if not isinstance(element, str):
+        raise ArgumentTypeError(
+            f"element must be a str (\"e4m3\" or \"e5m2\") or None, got {type(element).__name__}"
+        )
+    name = _FP8_ELEMENT_NAMES.get(element.strip().lower())
+    if name is None:
+        raise ArgumentError(
+            f"element = {element!r} is not supported: use \"e4m3\" (float8_e4m3fn) or "
+            "\"e5m2\" (float8_e5m2)"
+        )
+    if typed is not None and typed != name:
+        raise ArgumentTypeError(
+            f"out has dtype {_DTYPE_WORDS[typed]} but element = {element!r}: pass out of dtype "
+            f"{_DTYPE_WORDS[name]} (or uint8), or leave element None to take out's format"
+        )
+    return name
+
+
+def fp8_group(group: Any) -> int:
+    """The group size as the native layer takes it: -1 for per token (``None``,
+    ``"token"``), else 32, 64 or 128."""
+    if group is None:
+        return -1
+    if isinstance(group, str):
+        if group.strip().lower().replace("_", "-") in ("token", "per-token"):
+            return -1
+        raise ArgumentError(
+            f"group = {group!r} is not supported: use \"token\" (one scale per row), 32, 64 or 128"
+        )
+    if isinstance(group, bool) or not isinstance(group, numbers.Integral):
+        raise ArgumentTypeError(
+            f"group must be \"token\" or an int (32, 64 or 128), got {type(group).__name__}"
+        )
+    g = int(group)
+    if g not in (32, 64, 128):
+        raise ArgumentError(
+            f"group = {g} is not supported: use \"token\" (one scale per row), 32, 64 or 128"
+        )
+    return g
+
+
+def fp8_name(value: Any, name: str, default: str) -> str:
+    """A name option (``scale_format``, ``scale_layout``): a str, or None for ``default``.
+    Its value is checked by the native layer, with the same message on every path."""
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be a str or None, got {type(value).__name__}")
+    return value
+
+
+def fp8_s_min(s_min: Any) -> float:
+    """The f32 scale floor: None is 0 (no floor); finiteness and sign are checked natively."""
+    if s_min is None:
+        return 0.0
+    if isinstance(s_min, bool) or not isinstance(s_min, numbers.Real):
+        raise ArgumentTypeError(f"s_min must be a float, got {type(s_min).__name__}")
+    return float(s_min)
+
+
+def fp8_per_tensor(
+    scale: Any, scales_out: Any, group: Any, scale_format: Any, scale_layout: Any, s_min: Any
+) -> bool:
+    """Whether a call of the general FP8 API has a per-tensor static scale (``scale``
+    given); refuses it together with the arguments of dynamic scales."""
+    if scale is None:
+        return False
+    if scales_out is not None:
+        raise ArgumentError(
+            "scales_out is given with a per-tensor scale, which writes no scales: pass scale "
+            "for a static per-tensor scale, or scales_out (and group, scale_format, "
+            "scale_layout) for dynamic scales"
+        )
+    given = [
+        n for n, v in (
+            ("group", group), ("scale_format", scale_format), ("scale_layout", scale_layout),
+            ("s_min", s_min),
+        ) if v is not None
+    ]
+    if given:
+        raise ArgumentError(
+            f"{', '.join(given)} {'describes' if len(given) == 1 else 'describe'} dynamic "
+            "scales: leave it out with a per-tensor scale (scale=...), or pass scale=None"
+        )
+    return True
+
+
+def _is_f32_format(fmt: str) -> bool:
+    return fmt.strip().lower() in ("f32", "float32")
+
+
+def _fp8_static_scale(
+    scale: Any, x: _View
+) -> Tuple[Optional[Tuple[int, int]], Optional[float], Any]:
+    """A per-tensor scale: ``(buffer, None, the array)`` for an array (read when the call
+    runs), ``(None, value, a new (1,) float32 array)`` for a Python number."""
+    if isinstance(scale, numbers.Real) and not isinstance(scale, bool):
+        value = float(scale)
+        if x.kind == "numpy":
+            import numpy as np
+
+            return None, value, np.array([value], dtype=np.float32)
+        import torch
+
+        return None, value, torch.full((1,), value, dtype=torch.float32, device=x.obj.device)
+    v = _view(scale, "scale")
+    v.same_place(x)
+    v.need_dtype(("f32",))
+    if v.ndim > 1 or v.numel != 1:
+        raise ArgumentError(
+            f"scale has shape {list(v.shape)}: pass a float32 array of shape (1,) (or 0-d), or a "
+            "float"
+        )
+    return v.flat(), None, scale
+
+
+def fused_fp8(
+    input: Any,
+    residual: Any,
+    weight: Any,
+    out: Any,
+    scales_out: Any,
+    scale: Any,
+    element: Any,
+    group: Any,
+    scale_format: Any,
+    scale_layout: Any,
+    s_min: Any,
+    eps: Any,
+    y_out: Any,
+    enable_pdl: Any,
+    weight_bias: Any,
+    backend: Optional[str] = None,
+    static: bool = False,
+) -> Tuple[Any, Any]:
+    """Residual add + RMSNorm + FP8 quantisation of host arrays (and, through `_core`, of
+    CUDA tensors): checks every argument with the caller's names, allocates the outputs not
+    given, and runs the call; returns ``(out, scales)``, ``scales`` being the per-tensor
+    scale's array for a static scale. ``static`` is FlashInfer's ``rmsnorm_quant``: ``out``
+    and ``scale`` required, ``out``'s float8 dtype picks the element format."""
+    x, x_rows, r_rows, w_buf = _row_inputs(input, residual, weight)
+    _, m, h, _ = x_rows
+    eps = _eps(eps)
+    weight_bias = _weight_bias(weight_bias)
+    pdl = True if enable_pdl is None else _flag(enable_pdl, "enable_pdl")
+    out_view = None
+    if out is not None:
+        out_view = _view(out, "out")
+        out_view.same_place(x)
+    if static:
+        if scale is None:
+            raise ArgumentTypeError(
+                "scale is required: a float32 array of shape (1,), or a float"
+            )
+        if out_view is None or out_view.dt not in ("e4m3", "e5m2"):
+            got = "None" if out_view is None else _DTYPE_WORDS.get(out_view.dt, out_view.dt)
+            raise ArgumentTypeError(
+                f"out has dtype {got}; expected float8_e4m3fn or float8_e5m2 (its dtype picks "
+                "the FP8 format; NumPy: ml_dtypes.float8_e4m3fn or float8_e5m2)"
+            )
+        per_tensor = True
+        elem = out_view.dt
+    else:
+        per_tensor = fp8_per_tensor(scale, scales_out, group, scale_format, scale_layout, s_min)
+        elem = fp8_element(element, out_view.dt if out_view is not None else None)
+    group_size = -1 if per_tensor else fp8_group(group)
+    fmt = fp8_name(scale_format, "scale_format", "f32")
+    layout = fp8_name(scale_layout, "scale_layout", "row-major")
+    smin = fp8_s_min(s_min)
+    # Sizes from the native layer: it refuses a group, format or layout H does not allow.
+    _, scales_len, scale_rows, n_groups = _core.fp8_sizes(
+        m, h, None if per_tensor else group_size, fmt, layout
+    )
+    out, q_buf = _output(x, out, "out", x.shape, elem, (elem, "u8"), typed=True)
+    scales_buf = static_buf = value = None
+    if per_tensor:
+        static_buf, value, scales_out = _fp8_static_scale(scale, x)
+    else:
+        f32 = _is_f32_format(fmt)
+        lay = layout.strip().lower().replace("_", "-")
+        if lay == "swizzled":
+            shape: Tuple[int, ...] = (scales_len,)
+        elif lay in ("row-major", "row"):
+            shape = x.shape[:-1] + (n_groups,)
+        else:
+            shape = (n_groups, scale_rows)
+        scales_out, scales_buf = _output(
+            x, scales_out, "scales_out", shape, "f32" if f32 else "u8",
+            ("f32",) if f32 else ("u8", "ue8m0"),
+        )
+    y_rows = _y_out_rows(y_out, x)
+    be, ordinal, stream = _backend(x, backend)
+    _core.fused_fp8(
+        be, ordinal, stream, x.dt, x_rows, r_rows, w_buf, q_buf, scales_buf, static_buf, value,
+        y_rows, elem, group_size, fmt, layout, smin, eps, weight_bias, pdl,
+    )
+    return out, scales_out
+
+
+def dequantize_fp8(
+    q: Any,
+    scales: Any,
+    element: Any,
+    group: Any,
+    scale_format: Any,
+    scale_layout: Any,
+    m: Optional[int],
+    h: Optional[int],
+) -> Any:
+    """FP8 codes and their scales back to float32 (SPEC.md §8), for host arrays."""
+    v = _view(q, "q")
+    if v.device != "cpu":
+        raise ArgumentError(
+            f"dequantize_fp8 runs on host arrays only (q is on {v.device}): fp4norm has no FP8 "
+            "dequantisation kernel; pass q.cpu() and scales.cpu()"
+        )
+    if v.dt not in ("e4m3", "e5m2", "u8"):
+        raise ArgumentTypeError(
+            f"q has dtype {_DTYPE_WORDS.get(v.dt, v.dt)}; expected float8_e4m3fn, float8_e5m2 "
+            "or uint8"
+        )
+    if element is None and v.dt == "u8":
+        raise ArgumentError("q is uint8: pass element (\"e4m3\" or \"e5m2\") to say its format")
+    elem = fp8_element(element, v.dt)
+    q_buf = v.flat()
+    if (m is None) != (h is None):
+        raise ArgumentError("pass both m and h, or neither (they are then read from q's shape)")
+    if m is None:
+        if v.ndim < 1:
+            raise ArgumentError(f"q has shape {list(v.shape)}: pass m and h, or q shaped [..., H]")
+        h = v.shape[-1]
+        m = math.prod(v.shape[:-1])
+        out_shape = v.shape
+    else:
+        for value, name in ((m, "m"), (h, "h")):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ArgumentTypeError(f"{name} must be a non-negative int, got {value!r}")
+        m, h = int(m), int(h)
+        out_shape = (m, h)
+    per_tensor = isinstance(group, str) and group.strip().lower() == "tensor"
+    value = None
+    s_buf = None
+    if per_tensor:
+        if isinstance(scales, numbers.Real) and not isinstance(scales, bool):
+            value = float(scales)
+        else:
+            s = _view(scales, "scales")
+            s.same_place(v)
+            s.need_dtype(("f32",))
+            if s.ndim > 1 or s.numel != 1:
+                raise ArgumentError(
+                    f"scales has shape {list(s.shape)}: a per-tensor scale is one float32 value"
+                )
+            value = float(s.obj.reshape(-1)[0])
+        group_size = -1
+    else:
+        group_size = fp8_group(group)
+        s = _view(scales, "scales")
+        s.same_place(v)
+        f32 = _is_f32_format(fp8_name(scale_format, "scale_format", "f32"))
+        s.need_dtype(("f32",) if f32 else ("u8", "ue8m0"))
+        s_buf = s.flat()
+    out = _empty(v, out_shape, "f32")
+    o_buf = _view(out, "out").flat()
+    _core.dequantize_fp8(
+        m, h, elem, value, group_size, fp8_name(scale_format, "scale_format", "f32"),
+        fp8_name(scale_layout, "scale_layout", "row-major"), q_buf, s_buf, o_buf,
+    )
     return out
 
 

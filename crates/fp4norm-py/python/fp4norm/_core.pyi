@@ -54,6 +54,55 @@ def dequantize(
 ) -> None:
     """Packed FP4 + scale codes to ``m * h`` float32 at ``out``."""
 
+def fused_fp8(
+    backend: str,
+    device: int,
+    stream: int,
+    dtype: str,
+    x: _Mat,
+    residual: Optional[_Mat],
+    weight: _Buf,
+    q: _Buf,
+    scales: Optional[_Buf],
+    static_scale: Optional[_Buf],
+    scale_value: Optional[float],
+    y_out: Optional[_Mat],
+    element: str,
+    group_size: int,
+    scale_format: str,
+    scale_layout: str,
+    s_min: float,
+    eps: float,
+    weight_bias: float,
+    enable_pdl: Optional[bool] = None,
+) -> None:
+    """Residual add (if ``residual``) + RMSNorm + FP8 quantisation (SPEC.md §8). A
+    per-tensor scale by address (``static_scale``, one float32) or by value
+    (``scale_value``); without either, dynamic scales (``group_size`` -1 per token, 32, 64,
+    128) written to ``scales``. Raises ValueError / TypeError (bad argument) or
+    RuntimeError (CUDA / NVRTC)."""
+
+def dequantize_fp8(
+    m: int,
+    h: int,
+    element: str,
+    scale_value: Optional[float],
+    group_size: int,
+    scale_format: str,
+    scale_layout: str,
+    q: _Buf,
+    scales: Optional[_Buf],
+    out: _Buf,
+) -> None:
+    """FP8 codes and scales (none with a per-tensor ``scale_value``) to ``m * h`` float32
+    at ``out``; host memory only."""
+
+def fp8_sizes(
+    m: int, h: int, group_size: Optional[int], scale_format: str, scale_layout: str
+) -> Tuple[int, int, int, int]:
+    """(code bytes, scale elements, scale rows with padding, groups per row) of an FP8 call;
+    ``group_size`` None is a per-tensor scale."""
+
 def sizes(m: int, h: int, block_size: int, scale_format: str) -> Tuple[int, int, int]:
     """Bytes of (y_fp4, row-major scales, swizzled scales); ValueError for a bad shape."""
 

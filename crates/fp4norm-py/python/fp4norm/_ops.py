@@ -25,6 +25,25 @@ Operators (``torch.ops.fp4norm``):
 * ``dequantize(y_fp4, block_scale, global_scale=None, block_size=16, scale_format=None,
   is_sf_swizzled_layout=False) -> Tensor``: float32 ``[..., H]`` from ``y_fp4 [..., H/2]``.
 
+The FP8 family (SPEC.md §8):
+
+* ``rmsnorm_quant(out, input, weight, scale, eps=1e-6, enable_pdl=None, y_out=None,
+  weight_bias=0.0, element=None) -> ()`` and ``fused_add_rmsnorm_quant(out, input,
+  residual, weight, scale, eps=1e-6, enable_pdl=None, y_out=None, weight_bias=0.0,
+  element=None) -> ()``: FlashInfer's operators (a per-tensor static scale, a float32
+  tensor of one value read when the kernel runs; ``out``'s dtype, ``float8_e4m3fn`` or
+  ``float8_e5m2``, picks the element format), with ``y_out``, ``weight_bias`` and
+  ``element`` (for a uint8 ``out``) appended. They mutate ``out`` (and ``residual``, and
+  ``y_out``) and return nothing.
+* ``add_rmsnorm_fp8quant(input, residual, weight, element="e4m3", group_size=-1,
+  scale_format="f32", scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None,
+  enable_pdl=None, weight_bias=0.0) -> (out, scales)``: dynamic scales, one per group of
+  ``group_size`` elements of a row (-1: per token), f32 (floored at ``s_min``) or UE8M0, in
+  the row-major ``[..., H/G]``, column-major ``[H/G, 4*ceil(M/4)]`` or (UE8M0, G = 32)
+  swizzled 128x4 layout; ``.out(input, residual, weight, out, scales_out, ...) -> ()``
+  writes preallocated outputs.
+* ``rmsnorm_fp8quant`` and ``.out``: the same without ``residual``.
+
 A failure inside a native kernel reaches Python as RuntimeError whose message starts with
 ``fp4norm.ArgumentError:`` / ``fp4norm.ArgumentTypeError:`` / ``fp4norm.RuntimeError:``;
 :func:`translate` turns it into that class.
@@ -70,6 +89,34 @@ SCHEMAS = {
     "int block_size=16, str? scale_format=None, bool is_sf_swizzled_layout=False) -> Tensor",
 }
 
+# The FP8 family (SPEC.md §8). FlashInfer's two operators with their argument order, then
+# y_out, weight_bias and element (for a uint8 out); the dynamic-scale operators in the FP4
+# ones' pattern (a functional overload that allocates, `.out` for preallocated outputs).
+_FP8_STATIC_TAIL = (
+    "float eps=1e-06, bool? enable_pdl=None, Tensor({y}!)? y_out=None, float weight_bias=0.0, "
+    "str? element=None) -> ()"
+)
+_FP8_OPTIONS = (
+    'str element="e4m3", int group_size=-1, str scale_format="f32", '
+    'str scale_layout="row-major", float s_min=0.0, float eps=1e-06'
+)
+_FP8_TAIL = "Tensor({y}!)? y_out=None, bool? enable_pdl=None, float weight_bias=0.0)"
+SCHEMAS.update({
+    "rmsnorm_quant": "rmsnorm_quant(Tensor(a!) out, Tensor input, Tensor weight, Tensor scale, "
+    + _FP8_STATIC_TAIL.format(y="b"),
+    "fused_add_rmsnorm_quant": "fused_add_rmsnorm_quant(Tensor(a!) out, Tensor input, "
+    "Tensor(b!) residual, Tensor weight, Tensor scale, " + _FP8_STATIC_TAIL.format(y="c"),
+    "add_rmsnorm_fp8quant": "add_rmsnorm_fp8quant(Tensor input, Tensor(a!) residual, "
+    f"Tensor weight, {_FP8_OPTIONS}, {_FP8_TAIL.format(y='b')} -> (Tensor, Tensor)",
+    "add_rmsnorm_fp8quant.out": "add_rmsnorm_fp8quant.out(Tensor input, Tensor(a!) residual, "
+    f"Tensor weight, Tensor(b!) out, Tensor(c!) scales_out, {_FP8_OPTIONS}, "
+    f"{_FP8_TAIL.format(y='d')} -> ()",
+    "rmsnorm_fp8quant": "rmsnorm_fp8quant(Tensor input, Tensor weight, "
+    f"{_FP8_OPTIONS}, {_FP8_TAIL.format(y='b')} -> (Tensor, Tensor)",
+    "rmsnorm_fp8quant.out": "rmsnorm_fp8quant.out(Tensor input, Tensor weight, "
+    f"Tensor(b!) out, Tensor(c!) scales_out, {_FP8_OPTIONS}, {_FP8_TAIL.format(y='d')} -> ()",
+})
+
 _LIB = torch.library.Library("fp4norm", "DEF")
 for _schema in SCHEMAS.values():
     _LIB.define(_schema)
@@ -96,6 +143,12 @@ RMS = _ops.rmsnorm_fp4quant.default
 RMS_BOTH = _ops.rmsnorm_fp4quant.both
 RMS_OUT = _ops.rmsnorm_fp4quant.out
 DEQUANTIZE = _ops.dequantize.default
+RMS_QUANT = _ops.rmsnorm_quant.default
+ADD_QUANT = _ops.fused_add_rmsnorm_quant.default
+ADD_FP8 = _ops.add_rmsnorm_fp8quant.default
+ADD_FP8_OUT = _ops.add_rmsnorm_fp8quant.out
+RMS_FP8 = _ops.rmsnorm_fp8quant.default
+RMS_FP8_OUT = _ops.rmsnorm_fp8quant.out
 
 
 # --------------------------------------------------------------------------------------
@@ -147,7 +200,10 @@ def _autograd_kernel(op: Any) -> Any:
     return kernel
 
 
-for _op in (ADD, ADD_BOTH, ADD_OUT, RMS, RMS_BOTH, RMS_OUT):
+for _op in (
+    ADD, ADD_BOTH, ADD_OUT, RMS, RMS_BOTH, RMS_OUT,
+    RMS_QUANT, ADD_QUANT, ADD_FP8, ADD_FP8_OUT, RMS_FP8, RMS_FP8_OUT,
+):
     _LIB.impl(_op._schema.name.split("::")[1] + (
         "." + _op._schema.overload_name if _op._schema.overload_name else ""
     ), _autograd_kernel(_op), "Autograd", with_keyset=True)
@@ -240,6 +296,87 @@ def _fake_dequantize(
     is_sf_swizzled_layout=False,
 ):
     return y_fp4.new_empty(tuple(y_fp4.shape[:-1]) + (2 * y_fp4.shape[-1],), dtype=torch.float32)
+
+
+def _name(value: Any) -> str:
+    """A name argument as the native kernels read it: lower case, ``_`` as ``-``."""
+    return value.strip().lower().replace("_", "-") if isinstance(value, str) else ""
+
+
+def fp8_dtype(element: Any) -> torch.dtype:
+    """The torch dtype of FP8 codes: ``float8_e5m2`` for ``"e5m2"``, else ``float8_e4m3fn``."""
+    return torch.float8_e5m2 if _name(element) in ("e5m2", "float8-e5m2") else torch.float8_e4m3fn
+
+
+def fp8_scale_dtype(scale_format: Any) -> torch.dtype:
+    """The torch dtype fp4norm allocates dynamic scales in: float32, or uint8 for UE8M0."""
+    return torch.uint8 if _name(scale_format) == "ue8m0" else torch.float32
+
+
+def fp8_output_shapes(
+    input: Tensor, group_size: int, scale_layout: Any
+) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
+    """Shapes of ``(out, scales)`` for ``input [..., H]`` and dynamic scales in groups of
+    ``group_size`` (-1: per token): ``out`` is ``input``'s shape; scales are ``[..., H/G]``
+    row-major, ``[H/G, Mp4]`` column-major (``Mp4 = 4*ceil(M/4)``) or flat
+    ``Mp*4*ceil((H/32)/4)`` swizzled (``Mp = 128*ceil(M/128)``). Symbolic sizes stay
+    symbolic: only arithmetic, no comparison."""
+    lead = tuple(input.shape[:-1])
+    h = input.shape[-1]
+    n = 1 if group_size == -1 else h // group_size
+    layout = _name(scale_layout)
+    if layout in ("row-major", "row"):
+        return lead + (h,), lead + (n,)
+    m = 1
+    for s in lead:
+        m = m * s
+    if layout == "swizzled":
+        return lead + (h,), (((m + 127) // 128) * 128 * ((n + 3) // 4) * 4,)
+    return lead + (h,), (n, ((m + 3) // 4) * 4)
+
+
+def _fake_fp8_outputs(input, element, group_size, scale_format, scale_layout):
+    q_shape, s_shape = fp8_output_shapes(input, group_size, scale_layout)
+    return (
+        input.new_empty(q_shape, dtype=fp8_dtype(element)),
+        input.new_empty(s_shape, dtype=fp8_scale_dtype(scale_format)),
+    )
+
+
+@torch.library.register_fake("fp4norm::add_rmsnorm_fp8quant")
+def _fake_add_fp8(
+    input, residual, weight, element="e4m3", group_size=-1, scale_format="f32",
+    scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None, enable_pdl=None, weight_bias=0.0,
+):
+    return _fake_fp8_outputs(input, element, group_size, scale_format, scale_layout)
+
+
+@torch.library.register_fake("fp4norm::rmsnorm_fp8quant")
+def _fake_rms_fp8(
+    input, weight, element="e4m3", group_size=-1, scale_format="f32",
+    scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None, enable_pdl=None, weight_bias=0.0,
+):
+    return _fake_fp8_outputs(input, element, group_size, scale_format, scale_layout)
+
+
+@torch.library.register_fake("fp4norm::rmsnorm_quant")
+def _fake_rmsnorm_quant(*args, **kwargs):
+    return None
+
+
+@torch.library.register_fake("fp4norm::fused_add_rmsnorm_quant")
+def _fake_fused_add_rmsnorm_quant(*args, **kwargs):
+    return None
+
+
+@torch.library.register_fake("fp4norm::add_rmsnorm_fp8quant.out")
+def _fake_add_fp8_out(*args, **kwargs):
+    return None
+
+
+@torch.library.register_fake("fp4norm::rmsnorm_fp8quant.out")
+def _fake_rms_fp8_out(*args, **kwargs):
+    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -583,3 +720,170 @@ def dequantize(
         )
     except RuntimeError as e:
         raise translate(e) from None
+
+
+# --------------------------------------------------------------------------------------
+# The FP8 family (SPEC.md §8), for torch tensors
+# --------------------------------------------------------------------------------------
+
+
+def _run(
+    op: Any, input: Tensor, args: Tuple[Any, ...], written: Tuple[Tuple[Any, str], ...]
+) -> Any:
+    """One call of an FP8 operator from the Python functions, as :func:`fused` makes the FP4
+    ones: traced as it is under torch.compile; in eager mode the work of its Autograd kernel
+    (refusing to write a tensor that requires grad, advancing the version counters of the
+    tensors it writes; ``written`` pairs each with its argument's name) is done here and
+    the call goes straight to the CPU or CUDA kernel where nothing else would see it in the
+    dispatcher."""
+    try:
+        if _is_compiling():
+            return op(*args)
+        tensors = tuple(t for t, _ in written if t is not None)
+        if _grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
+            for t, name in written:
+                if isinstance(t, Tensor):
+                    refuse_if_requires_grad(t, op._schema.name, name)
+        keys = _backend_keys(input)
+        if keys is not None:
+            result = op._handle.redispatch_boxed(keys, *args)
+        else:
+            with _below_autograd():
+                result = op._op(*args)
+    except RuntimeError as e:
+        raise translate(e) from None
+    if tensors:
+        _increment_version(tensors)
+    return result
+
+
+def _fp8_scale(scale: Any, input: Tensor) -> Tensor:
+    """A per-tensor scale as the operators take it: a tensor as it is (the operator checks
+    its dtype, shape and device), a Python number as a new float32 ``(1,)`` tensor on
+    ``input``'s device."""
+    if isinstance(scale, Tensor):
+        return scale
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise ArgumentTypeError(
+            "scale must be a float32 tensor of shape (1,) on the input's device, or a float; "
+            f"got {type(scale).__name__}"
+        )
+    return torch.full((1,), float(scale), dtype=torch.float32, device=input.device)
+
+
+def quant_static(
+    out: Any,
+    input: Tensor,
+    residual: Optional[Tensor],
+    weight: Any,
+    scale: Any,
+    eps: Any,
+    enable_pdl: Any,
+    y_out: Any,
+    weight_bias: Any,
+    element: Optional[str] = None,
+) -> Tensor:
+    """:func:`fp4norm.fused_add_rmsnorm_quant` (``residual`` given) or
+    :func:`fp4norm.rmsnorm_quant` through the operators; returns the scale tensor used.
+    ``element`` is given only for a uint8 ``out``."""
+    scale = _fp8_scale(scale, input)
+    tail = (eps, enable_pdl, y_out)
+    if element is not None:
+        tail += (0.0 if weight_bias is None else weight_bias, element)
+    else:
+        tail += _bias(weight_bias)
+    if residual is None:
+        _run(RMS_QUANT, input, (out, input, weight, scale) + tail, ((out, "out"), (y_out, "y_out")))
+    else:
+        _run(
+            ADD_QUANT, input, (out, input, residual, weight, scale) + tail,
+            ((out, "out"), (residual, "residual"), (y_out, "y_out")),
+        )
+    return scale
+
+
+def quant_dynamic(
+    input: Tensor,
+    residual: Optional[Tensor],
+    weight: Any,
+    out: Any,
+    scales_out: Any,
+    element: str,
+    group_size: int,
+    scale_format: str,
+    scale_layout: str,
+    s_min: Any,
+    eps: Any,
+    y_out: Any,
+    enable_pdl: Any,
+    weight_bias: Any,
+) -> Tuple[Tensor, Tensor]:
+    """:func:`fp4norm.add_rmsnorm_fp8quant` (``residual`` given) or
+    :func:`fp4norm.rmsnorm_fp8quant` with dynamic scales through the operators: the
+    functional overload where no output is given, else ``.out`` (a missing one allocated
+    here); every check is the operator's."""
+    options = (element, group_size, scale_format, scale_layout, s_min, eps, y_out, enable_pdl)
+    options += _bias(weight_bias)
+    rows = (input, weight) if residual is None else (input, residual, weight)
+    if out is None and scales_out is None:
+        op = RMS_FP8 if residual is None else ADD_FP8
+        return _run(op, input, rows + options, ((residual, "residual"), (y_out, "y_out")))
+    if out is None or scales_out is None:
+        q_shape, s_shape = fp8_output_shapes(input, group_size, scale_layout)
+        if out is None:
+            out = torch.empty(q_shape, dtype=fp8_dtype(element), device=input.device)
+        if scales_out is None:
+            scales_out = torch.empty(
+                s_shape, dtype=fp8_scale_dtype(scale_format), device=input.device
+            )
+    op = RMS_FP8_OUT if residual is None else ADD_FP8_OUT
+    _run(
+        op, input, rows + (out, scales_out) + options,
+        ((out, "out"), (scales_out, "scales_out"), (residual, "residual"), (y_out, "y_out")),
+    )
+    return out, scales_out
+
+
+def _dtype_code(t: Any) -> Optional[str]:
+    if not isinstance(t, Tensor):
+        return None
+    return _api._torch_dtype_codes(torch).get(t.dtype)
+
+
+def quant(
+    input: Tensor,
+    residual: Optional[Tensor],
+    weight: Any,
+    out: Any,
+    scales_out: Any,
+    eps: Any,
+    scale: Any,
+    element: Any,
+    group: Any,
+    scale_format: Any,
+    scale_layout: Any,
+    s_min: Any,
+    y_out: Any,
+    enable_pdl: Any,
+    weight_bias: Any,
+) -> Tuple[Any, Any]:
+    """:func:`fp4norm.add_rmsnorm_fp8quant` / :func:`fp4norm.rmsnorm_fp8quant` for torch
+    tensors: a per-tensor ``scale`` through FlashInfer's operators (``out`` allocated where
+    not given; a uint8 ``out`` with the element named), dynamic scales through
+    ``add_rmsnorm_fp8quant`` / ``rmsnorm_fp8quant``."""
+    code = _dtype_code(out)
+    elem = _api.fp8_element(element, code)
+    if _api.fp8_per_tensor(scale, scales_out, group, scale_format, scale_layout, s_min):
+        if out is None:
+            out = torch.empty(input.shape, dtype=fp8_dtype(elem), device=input.device)
+        scale = quant_static(
+            out, input, residual, weight, scale, eps, enable_pdl, y_out, weight_bias,
+            elem if code == "u8" else None,
+        )
+        return out, scale
+    return quant_dynamic(
+        input, residual, weight, out, scales_out, elem, _api.fp8_group(group),
+        "f32" if scale_format is None else scale_format,
+        "row-major" if scale_layout is None else scale_layout,
+        0.0 if s_min is None else s_min, eps, y_out, enable_pdl, weight_bias,
+    )

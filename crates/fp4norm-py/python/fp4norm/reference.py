@@ -2,7 +2,10 @@
 Rust), for host arrays: the executable spec the fast backends are checked against.
 
 Same signatures and results as :func:`fp4norm.add_rmsnorm_fp4quant` and
-:func:`fp4norm.rmsnorm_fp4quant`, much slower; torch CPU tensors and NumPy arrays only.
+:func:`fp4norm.rmsnorm_fp4quant`, and for the FP8 family (SPEC.md §8,
+``fp4norm::fp8::reference`` in Rust) as :func:`fp4norm.rmsnorm_quant`,
+:func:`fp4norm.fused_add_rmsnorm_quant`, :func:`fp4norm.add_rmsnorm_fp8quant` and
+:func:`fp4norm.rmsnorm_fp8quant`; much slower; torch CPU tensors and NumPy arrays only.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ __all__ = [
     "rmsnorm_fp4quant",
     "allreduce_add_rmsnorm_fp4quant",
     "allreduce_rmsnorm_fp4quant",
+    "rmsnorm_quant",
+    "fused_add_rmsnorm_quant",
+    "add_rmsnorm_fp8quant",
+    "rmsnorm_fp8quant",
 ]
 
 
@@ -120,4 +127,86 @@ def allreduce_rmsnorm_fp4quant(
         _api.allreduce_sum(inputs), weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts=output_both_sf_layouts,
         block_scale_unswizzled=block_scale_unswizzled, y_out=y_out, weight_bias=weight_bias,
+    )
+
+
+def rmsnorm_quant(
+    out: Array,
+    input: Array,
+    weight: Array,
+    scale: Union[Array, float],
+    eps: float = 1e-6,
+    *,
+    y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
+) -> None:
+    """:func:`fp4norm.rmsnorm_quant` through the scalar reference (host arrays)."""
+    _api.fused_fp8(
+        input, None, weight, out, None, scale, None, None, None, None, None, eps, y_out, None,
+        weight_bias, backend="reference", static=True,
+    )
+
+
+def fused_add_rmsnorm_quant(
+    out: Array,
+    input: Array,
+    residual: Array,
+    weight: Array,
+    scale: Union[Array, float],
+    eps: float = 1e-6,
+    *,
+    y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
+) -> None:
+    """:func:`fp4norm.fused_add_rmsnorm_quant` through the scalar reference (host arrays)."""
+    _api.fused_fp8(
+        input, residual, weight, out, None, scale, None, None, None, None, None, eps, y_out,
+        None, weight_bias, backend="reference", static=True,
+    )
+
+
+def add_rmsnorm_fp8quant(
+    input: Array,
+    residual: Array,
+    weight: Array,
+    out: Optional[Array] = None,
+    scales_out: Optional[Array] = None,
+    eps: float = 1e-6,
+    *,
+    scale: Union[Array, float, None] = None,
+    element: Optional[str] = None,
+    group: Union[str, int, None] = None,
+    scale_format: Optional[str] = None,
+    scale_layout: Optional[str] = None,
+    s_min: Optional[float] = None,
+    y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
+) -> Tuple[Array, Array]:
+    """:func:`fp4norm.add_rmsnorm_fp8quant` through the scalar reference (host arrays)."""
+    return _api.fused_fp8(
+        input, residual, weight, out, scales_out, scale, element, group, scale_format,
+        scale_layout, s_min, eps, y_out, None, weight_bias, backend="reference",
+    )
+
+
+def rmsnorm_fp8quant(
+    input: Array,
+    weight: Array,
+    out: Optional[Array] = None,
+    scales_out: Optional[Array] = None,
+    eps: float = 1e-6,
+    *,
+    scale: Union[Array, float, None] = None,
+    element: Optional[str] = None,
+    group: Union[str, int, None] = None,
+    scale_format: Optional[str] = None,
+    scale_layout: Optional[str] = None,
+    s_min: Optional[float] = None,
+    y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
+) -> Tuple[Array, Array]:
+    """:func:`fp4norm.rmsnorm_fp8quant` through the scalar reference (host arrays)."""
+    return _api.fused_fp8(
+        input, None, weight, out, scales_out, scale, element, group, scale_format,
+        scale_layout, s_min, eps, y_out, None, weight_bias, backend="reference",
     )

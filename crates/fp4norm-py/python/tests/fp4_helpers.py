@@ -5,6 +5,7 @@ layouts, dequantisation) as independent checks of the module's plumbing."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -119,3 +120,22 @@ def spec_dequant(q: np.ndarray, sf_row_major: np.ndarray, m: int, h: int, block:
             return (e * s).astype(np.float32)
         g = np.broadcast_to(np.asarray(gs, dtype=np.float32).reshape(-1, 1), (m, 1))
         return ((e * s).astype(np.float32) / g).astype(np.float32)
+
+
+def devices_under_test() -> list:
+    """The devices torch cases are parametrised over: ``cpu`` and ``cuda``, those named in
+    FP4NORM_TEST_DEVICES (default both; ``cuda`` alone is a GPU machine's run, CI covers
+    the CPU). A ``cuda`` case calls :func:`cuda_or_skip`, so it shows as skipped, with the
+    reason, where no GPU is present."""
+    wanted = os.environ.get("FP4NORM_TEST_DEVICES", "cpu,cuda").split(",")
+    return [d for d in ("cpu", "cuda") if d in wanted]
+
+
+def cuda_or_skip(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            import pytest
+
+            pytest.skip("no CUDA device: CUDA cases skipped")
