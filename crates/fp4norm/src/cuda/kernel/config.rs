@@ -202,21 +202,12 @@ impl KernelConfig {
             Some(_) if per_token => p.h,
             Some(g) => g,
         };
-        // Per-token scales reduce the row's amax inside one CTA: no clusters.
-        let row_limits = if per_token {
-            DeviceLimits {
-                max_cluster: 1,
-                ..*limits
-            }
-        } else {
-            *limits
-        };
         let shape_block = if per_token || group.is_none() {
             8
         } else {
             block
         };
-        let (g, mut r, c) = launch_shape(p.h, shape_block, p.m, p.dtype, &row_limits);
+        let (g, mut r, c) = launch_shape(p.h, shape_block, p.m, p.dtype, limits);
         if per_token && g > 32 {
             r = r.min(15); // one named barrier per row of several warps (fused.cu, row_max)
         }

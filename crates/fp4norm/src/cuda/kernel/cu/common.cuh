@@ -66,7 +66,7 @@
 //   FP8_SCALING      0: one per-tensor scale s (FP4_GS 1: gs[0] from memory, 0: a parameter),
 //                    1: dynamic f32 group scales, 2: dynamic UE8M0 group scales
 //   FP8_PER_TOKEN    1: one dynamic scale per row (FP4_BLOCK = H; the row's threads reduce
-//                    its amax together; FP4_C is 1), 0: groups of FP4_BLOCK (32, 64, 128)
+//                    its amax together, over a cluster by st.async), 0: groups of FP4_BLOCK
 //   FP8_COL_MAJOR    1: scales column-major [H/G, Mp4] (FP4_ROW_MAJOR: row-major [M, H/G];
 //                    FP4_SWIZZLED: MXFP8's 128x4 layout of UE8M0 codes, G = 32)
 

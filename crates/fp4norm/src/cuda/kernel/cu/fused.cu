@@ -412,9 +412,6 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
 #else
 #define FP8_FAST true
 #endif
-#if defined(FP8_PER_TOKEN) && FP8_PER_TOKEN && FP4_C != 1
-#error "per-token FP8 scales reduce the row's amax in one CTA (FP4_C 1)"
-#endif
 #if FP8_PER_TOKEN && WARPS_PER_ROW > 1 && FP4_R > 15
 #error "per-token FP8 scales take one named barrier per row: at most 15 rows of several warps per CTA"
 #endif
@@ -524,6 +521,59 @@ __device__ __forceinline__ float row_max(float v, int lane, int group) {
 #endif
     return v;
 }
+
+#if FP4_C > 1
+// A per-token row split over a cluster: each CTA pushes its part's amax into slot `rank`
+// of every CTA with st.async, which completes bytes on the receiver's fp8_amax_bar (set up
+// with the cluster's start, beside the sum-of-squares barrier, for FP4_C parts); each then
+// waits for its FP4_C slots. The same one-way exchange as the row's sum of squares, with
+// the same exit rule (a CTA leaves only after every part addressed to it has landed).
+__shared__ __align__(8) u64 fp8_amax_bar;
+__shared__ float fp8_amax_parts[FP4_C];
+
+// The maximum over the cluster's CTAs of v (the same in every thread of a CTA). REDO: the
+// rare exact-sum redo, where every CTA of the cluster is here again and the barrier above
+// is spent: the parts go through each CTA's own slot and two cluster barriers.
+template <bool REDO>
+__device__ __forceinline__ float cluster_max(float v) {
+    u32 rank;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    if (!REDO) {
+        if (threadIdx.x < FP4_C) {
+            u32 slot, bar;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(slot) : "r"(smem_addr(&fp8_amax_parts[rank])), "r"(threadIdx.x));
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(bar) : "r"(smem_addr(&fp8_amax_bar)), "r"(threadIdx.x));
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                         :: "r"(slot), "r"(__float_as_uint(v)), "r"(bar) : "memory");
+        }
+        u32 done = 0;
+        while (!done) {
+            asm volatile("{ .reg .pred p;\n\t"
+                         "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n\t"
+                         "selp.u32 %0, 1, 0, p; }"
+                         : "=r"(done) : "r"(smem_addr(&fp8_amax_bar)) : "memory");
+        }
+    } else {
+        if (threadIdx.x == 0) fp8_amax_parts[rank] = v;
+        asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+        for (u32 r = 0; r < FP4_C; ++r) {
+            if (r == rank) continue;
+            u32 remote;
+            float part;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(&fp8_amax_parts[r])), "r"(r));
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(part) : "r"(remote) : "memory");
+            v = fmax_nan(v, part);
+        }
+        // No CTA leaves (or writes its slot again) while a peer still reads it.
+        asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+        return v;
+    }
+    float m = 0.0f;
+#pragma unroll
+    for (int r = 0; r < FP4_C; ++r) m = fmax_nan(m, fp8_amax_parts[r]);
+    return m;
+}
+#endif
 #endif
 
 // Pass 2 of one row for FP8: y, the scale(s), the codes. Arguments as the FP4 pass2_row's.
@@ -560,10 +610,13 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         amax = fmax_nan(amax, normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, true));
     }
     amax = row_max(amax, lane, threadIdx.x / FP4_G);
+#if FP4_C > 1
+    amax = cluster_max<FROM_MEMORY>(amax);
+#endif
     u32 written;
     float inv;
     fp8_group_scale(p, amax, written, inv);
-    if (lane == 0) store_group_scale(p, row, 0, written);
+    if (lane == 0 && v0 == 0) store_group_scale(p, row, 0, written);
 #pragma unroll (FROM_MEMORY ? 1 : 1024)
     for (int k = 0; k < VPT; ++k) {
         const int v = v0 + lane + k * FP4_G;
@@ -786,6 +839,13 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
     __shared__ __align__(8) u64 cluster_bar;
     __shared__ double cluster_parts[FP4_C];
     if (threadIdx.x == 0) {
+#if defined(FP8_OUT) && FP8_PER_TOKEN
+        // (The per-token amax exchange's barrier, published by the fence below.)
+        asm volatile("{ .reg .b64 st;\n\t"
+                     "mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
+                     "mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }"
+                     :: "r"(smem_addr(&fp8_amax_bar)), "r"(FP4_C * 4) : "memory");
+#endif
         asm volatile("{ .reg .b64 st;\n\t"
                      "mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
                      "mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t"
