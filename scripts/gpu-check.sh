@@ -49,6 +49,10 @@ if has tests; then
   start=$(date +%s)
   "$bin/gpu_fp8" --test-threads=2 --nocapture 2>&1 | tee "$out/gpu-fp8-tests.log" | grep -E "^(FAIL|GPU:|FP4NORM_SEED|test |FP8)|test result|panicked" | head -60
   summary+=("FP8 tests: $(grep 'test result' "$out/gpu-fp8-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
+  echo "== fused all-reduce, simulated ranks (byte-exact against the reference)"
+  start=$(date +%s)
+  "$bin/gpu_allreduce" --nocapture 2>&1 | tee "$out/gpu-allreduce-tests.log" | grep -E "^(FAIL|FP4NORM_SEED|all-reduce)|test result|panicked" | head -40
+  summary+=("all-reduce tests: $(grep 'test result' "$out/gpu-allreduce-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
 fi
 # TESTS_EXTRA=0 leaves out the reruns with knobs forced (for runs after host-side changes
 # only, where the kernels' machine code is unchanged).

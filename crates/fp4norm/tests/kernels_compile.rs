@@ -181,6 +181,13 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             }
         }
     }
+    // The fused all-reduce's kernels of tests/gpu_allreduce.rs.
+    for c in sweep::allreduce::allreduce_cases() {
+        let cfg = c.config(&PLAN, hw_e2m1);
+        if seen.insert(cfg.describe()) {
+            out.push(cfg);
+        }
+    }
     // The bench's copy yardstick and the GPU tests' codec self-check.
     out.push(KernelConfig::shapeless(KernelKind::Copy));
     out.push(KernelConfig::shapeless(KernelKind::CodecCheck));

@@ -508,6 +508,26 @@ impl Gpu {
         unsafe { raw::launch_fused(self, stream, call, opts) }
     }
 
+    /// The all-reduce fused in front of the op (SPEC.md §9) over inputs on this GPU: the
+    /// ranks' inputs are `call.x` (rank 0) and `other_ranks` (ranks 1, 2, ..., each of
+    /// `call.x`'s shape and row stride), summed in rank order with one f32 rounding per
+    /// addition and one rounding to the dtype, then the op with `call`'s residual (required),
+    /// weight and outputs, in one kernel. With the ranks' inputs gathered onto each GPU (an
+    /// all-gather), every rank writes identical bytes. 1 to 8 ranks.
+    ///
+    /// # Safety
+    /// As for [`Gpu::launch_raw_with`], for every rank's input too.
+    pub unsafe fn launch_allreduce_raw(
+        &self,
+        stream: sys::CUstream,
+        call: &RawCall,
+        other_ranks: &[crate::RawMat],
+        opts: &LaunchOptions,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded.
+        unsafe { raw::launch_fused_with_ranks(self, stream, call, other_ranks, opts) }
+    }
+
     /// Residual add + RMSNorm + FP8 quantisation (SPEC.md §8) on `stream`, over raw device
     /// pointers: the FP8 sibling of [`Gpu::launch_raw_with`]. Checks every argument
     /// ([`crate::fp8::RawFp8Call::validate`] and the device checks) before launching;

@@ -8,7 +8,7 @@ use cudarc::driver::sys;
 use super::kernel::{self, GsMode, KernelConfig, KernelKind};
 use super::Gpu;
 use crate::layout::{swizzled_col_tiles, swizzled_rows, ScaleLayout};
-use crate::raw::{check_overlaps, Checked, Range, RawCall, RawDequant, RawGlobalScale};
+use crate::raw::{check_overlaps, Checked, Range, RawCall, RawDequant, RawGlobalScale, RawMat};
 use crate::{Error, ScaleFormat, ScaleOut};
 
 /// How one raw call is launched.
@@ -48,6 +48,8 @@ struct FusedParams {
     /// The FP8 kernels' f32 scale floor and per-tensor scale value (declared only by them).
     s_min: f32,
     static_scale: f32,
+    /// The ranks' inputs of an all-reduce call, rank order (declared only by those kernels).
+    ar_x: [u64; 8],
 }
 
 /// Mirrors `struct Fp4SwizzleParams` in kernel/cu/swizzle.cu.
@@ -225,7 +227,67 @@ pub(crate) unsafe fn launch_fused(
     c: &RawCall,
     opts: &LaunchOptions,
 ) -> Result<(), Error> {
-    let checked = validate_on(gpu, c.validate()?, opts)?;
+    // SAFETY: forwarded.
+    unsafe { launch_fused_with_ranks(gpu, stream, c, &[], opts) }
+}
+
+/// The ranks after the first of an all-reduce call (SPEC.md §9): each like `c.x` (shape and
+/// stride), read only; their byte ranges join the call's for the overlap and device checks.
+fn check_rank_inputs(c: &RawCall, more: &[RawMat], checked: &mut Checked) -> Result<(), Error> {
+    const NAMES: [&str; 7] = [
+        "inputs[1]",
+        "inputs[2]",
+        "inputs[3]",
+        "inputs[4]",
+        "inputs[5]",
+        "inputs[6]",
+        "inputs[7]",
+    ];
+    if more.len() + 1 > 8 {
+        return Err(Error::Unsupported(format!(
+            "{} ranks: the fused all-reduce sums 2 to 8",
+            more.len() + 1
+        )));
+    }
+    if c.residual.is_none() {
+        return Err(Error::Unsupported(
+            "the fused all-reduce on the GPU needs a residual (it keeps the ranks' sum there)"
+                .into(),
+        ));
+    }
+    let e = c.dtype.size();
+    for (x, name) in more.iter().zip(NAMES) {
+        if x.row_stride != c.x.row_stride && x.rows > 1 {
+            return Err(Error::Unsupported(format!(
+                "{name}: row stride {} differs from inputs[0]'s {}; the ranks' inputs share one stride",
+                x.row_stride, c.x.row_stride
+            )));
+        }
+        let bytes = crate::raw::check_mat(name, x, c.x.rows, c.x.cols, e)?;
+        if checked.problem.m > 0 {
+            check_ptr(name, x.ptr, e)?;
+        }
+        checked.vector_aligned &= x.ptr % 16 == 0;
+        checked.ranges.push(Range::new(name, x.ptr, bytes, false)?);
+    }
+    checked.ranges.retain(|r| r.start != r.end);
+    check_overlaps(&checked.ranges)
+}
+
+/// The fused op, with `more` ranks' inputs summed in front of `c.x` (SPEC.md §9) where
+/// `more` is not empty.
+pub(crate) unsafe fn launch_fused_with_ranks(
+    gpu: &Gpu,
+    stream: sys::CUstream,
+    c: &RawCall,
+    more: &[RawMat],
+    opts: &LaunchOptions,
+) -> Result<(), Error> {
+    let mut checked = c.validate()?;
+    if !more.is_empty() {
+        check_rank_inputs(c, more, &mut checked)?;
+    }
+    let checked = validate_on(gpu, checked, opts)?;
     let (p, aligned) = (checked.problem, checked.vector_aligned);
     if p.m == 0 {
         return Ok(());
@@ -239,7 +301,15 @@ pub(crate) unsafe fn launch_fused(
         c.global_scale
     };
     let (gs, gs_ptr) = gs_mode(global_scale);
-    let cfg = gpu.config(&p, gs, aligned);
+    let mut cfg = gpu.config(&p, gs, aligned);
+    if !more.is_empty() {
+        cfg.ar_ranks = more.len() as u32 + 1;
+    }
+    let mut ar_x = [0u64; 8];
+    ar_x[0] = c.x.ptr;
+    for (slot, x) in ar_x[1..].iter_mut().zip(more) {
+        *slot = x.ptr;
+    }
     // Rows the fused kernel covers: with directly written swizzled scales, the padding rows
     // of the last 128-row tile too (it zeroes their scales), or with the padding spread a
     // few padding slots that share that work; a split write's swizzle pass zeroes them
@@ -268,10 +338,16 @@ pub(crate) unsafe fn launch_fused(
         r_stride: c.residual.map_or(0, |r| r.row_stride as i64),
         y_stride: c.y_out.map_or(0, |y| y.row_stride as i64),
         eps: p.eps,
-        pf_rows: kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits),
+        // (The prefetch would fetch the first rank's rows only: none for an all-reduce.)
+        pf_rows: if more.is_empty() {
+            kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits)
+        } else {
+            0
+        },
         weight_bias: p.weight_bias,
         s_min: 0.0,
         static_scale: 0.0,
+        ar_x,
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // Both kernels of a split swizzled write are loaded before either is launched, so
@@ -561,6 +637,7 @@ pub(crate) unsafe fn launch_fused_fp8(
         weight_bias: p.options.weight_bias,
         s_min,
         static_scale: static_value,
+        ar_x: [0; 8],
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     let grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;

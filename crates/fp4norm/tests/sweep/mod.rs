@@ -2,6 +2,7 @@
 //! check (tests/kernels_compile.rs), so that CI compiles exactly what the GPU runs.
 #![allow(dead_code)]
 
+pub mod allreduce;
 pub mod fp8;
 
 use fp4norm::cuda::GsMode;

@@ -125,6 +125,9 @@ pub struct KernelConfig {
     /// FP8 codes instead of FP4 (SPEC.md §8); `None` for the FP4 op. Defines are emitted
     /// only when set, so the FP4 source, and its cubins, are unchanged.
     pub fp8: Option<Fp8Spec>,
+    /// The ranks' inputs summed in front (SPEC.md §9, `FP4_AR_RANKS`): 2 to 8, 0 for the
+    /// plain op. Defined only when set, so other sources, and their cubins, are unchanged.
+    pub ar_ranks: u32,
 }
 
 impl KernelConfig {
@@ -176,6 +179,7 @@ impl KernelConfig {
                 && swizzle_pad_spread_wanted(),
             swizzle_demote_tiles: 0,
             fp8: None,
+            ar_ranks: 0,
         };
         cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
         cfg
@@ -251,6 +255,7 @@ impl KernelConfig {
                 per_token,
                 column_major: layout == Some(Fp8ScaleLayout::ColumnMajor),
             }),
+            ar_ranks: 0,
         };
         // MXFP8's scales are an eighth of its codes' rows, as NVFP4's: the same demotion.
         cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
@@ -312,6 +317,7 @@ impl KernelConfig {
             swizzle_pad_spread: false,
             swizzle_demote_tiles: 0,
             fp8: None,
+            ar_ranks: 0,
         }
     }
 
@@ -387,6 +393,10 @@ impl KernelConfig {
             format!("#define FP4_SWZ_DEMOTE_TILES {}\n", self.swizzle_demote_tiles)
         } else {
             String::new()
+        } + &if self.ar_ranks > 0 {
+            format!("#define FP4_AR_RANKS {}\n", self.ar_ranks)
+        } else {
+            String::new()
         } + &match self.fp8 {
             None => String::new(),
             Some(f) => format!(
@@ -428,6 +438,11 @@ impl KernelConfig {
     /// is chosen where no kernel spills (the CI compile check). The element-wise fallback
     /// (unaligned rows) is not bounded: at 64 registers some of its kernels spill.
     pub fn min_ctas_per_sm(&self) -> u32 {
+        // The fused all-reduce keeps every rank's vectors in flight: under the bound its
+        // kernels spill (the compile check), so it has none.
+        if self.ar_ranks > 1 {
+            return 1;
+        }
         Self::min_ctas_for(self.block_threads(), self.aligned)
     }
 
@@ -480,6 +495,10 @@ impl KernelConfig {
                 f.per_token,
                 f.column_major
             ),
+        } + &if self.ar_ranks > 0 {
+            format!(" ar_ranks={}", self.ar_ranks)
+        } else {
+            String::new()
         }
     }
 }

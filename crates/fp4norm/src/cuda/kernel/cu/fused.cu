@@ -51,14 +51,45 @@ struct Fp4NormParams {
     i64 y_stride;
     float eps;
     unsigned int pf_rows;  // L2 prefetch distance in rows, 0 = none (launch_table.rs, l2_prefetch_rows)
-#if defined(FP4_WBIAS) || defined(FP8_OUT)
+#if defined(FP4_WBIAS) || defined(FP8_OUT) || defined(FP4_AR_RANKS)
     float weight_bias;     // nonzero: added to every weight (SPEC.md §8)
 #endif
-#if defined(FP8_OUT)
+#if defined(FP8_OUT) || defined(FP4_AR_RANKS)
     float s_min;           // the f32 group scales' floor (SPEC.md §8), 0: none
     float static_scale;    // the per-tensor scale where it is not read from memory (FP4_GS 0)
 #endif
+#if defined(FP4_AR_RANKS)
+    const u16* ar_x[8];    // the ranks' inputs, rank order, each [m, x_stride] (x is ar_x[0])
+#endif
 };
+
+#if defined(FP4_AR_RANKS)
+#if !FP4_RESIDUAL
+#error "the all-reduce kernel writes the ranks' sum into the residual (pass 2 and the redo re-read h there)"
+#endif
+// x of vector v of a row for SPEC.md §9: the ranks' vectors summed in rank order, one f32
+// rounding per addition, then one rounding to dt. All FP4_AR_RANKS loads are issued before
+// the first addition.
+__device__ __forceinline__ uint4 ar_sum_vec(const Fp4NormParams& p, i64 row, int v) {
+    uint4 in[FP4_AR_RANKS];
+#pragma unroll
+    for (int k = 0; k < FP4_AR_RANKS; ++k) in[k] = load_vec_ro(p.ar_x[k] + row * p.x_stride + v * 8);
+    float acc[8];
+    unpack8(in[0], acc);
+#pragma unroll
+    for (int k = 1; k < FP4_AR_RANKS; ++k) {
+        float t[8];
+        unpack8(in[k], t);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], t[i]);
+    }
+    return make_uint4(f32x2_to_elem(acc[0], acc[1]), f32x2_to_elem(acc[2], acc[3]), f32x2_to_elem(acc[4], acc[5]),
+                      f32x2_to_elem(acc[6], acc[7]));
+}
+#define LOAD_X(row, v, xrow) ar_sum_vec(p, (row), (v))
+#else
+#define LOAD_X(row, v, xrow) load_vec_ro((xrow) + (v) * 8)
+#endif
 
 // rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation (SPEC.md §1.3).
 __device__ __forceinline__ double rstd_f64(double ss, float eps) {
@@ -884,7 +915,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
                 for (int c = 0; c < PASS1_CHUNK; ++c) {
                     const int lv = lane + (k0 + c) * FP4_G;
                     if (k0 + c < VPT && lv < NVC) {
-                        xc[c] = load_vec_ro(xrow + (v0 + lv) * 8);
+                        xc[c] = LOAD_X(row, v0 + lv, xrow);
 #if FP4_RESIDUAL
                         rc[c] = load_vec(rrow + (v0 + lv) * 8);
 #endif

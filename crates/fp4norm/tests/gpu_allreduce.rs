@@ -1,0 +1,337 @@
+//! The all-reduce fused in front of the op (SPEC.md §9) on the GPU, W ranks simulated by W
+//! input buffers on one device, against the host reference byte for byte: codes, scales in
+//! every layout with their padding, the residual; outputs poisoned first.
+//!
+//! Without a CUDA device every test prints `SKIPPED (no CUDA device)` and passes; set
+//! `FP4NORM_REQUIRE_GPU=1` (the device script does) to make a missing GPU a failure.
+#![cfg(feature = "cuda")]
+
+mod sweep;
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use fp4norm::cuda::{Gpu, LaunchOptions};
+use fp4norm::{
+    bf16, f16, reference, DType, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options, RawBuf,
+    RawCall, RawGlobalScale, RawMat, ScaleFormat, ScaleLayout, ScaleOut,
+};
+use rand::{Rng, SeedableRng};
+use sweep::allreduce::{allreduce_cases, ArCase};
+
+const POISON: u8 = 0xAA;
+const GS: f32 = 1.7;
+
+fn gpu() -> Option<&'static Gpu> {
+    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let require = std::env::var_os("FP4NORM_REQUIRE_GPU").is_some_and(|v| v != "0");
+        if fp4norm::cuda::device_count() == 0 {
+            assert!(
+                !require,
+                "FP4NORM_REQUIRE_GPU is set but no CUDA device was found"
+            );
+            return None;
+        }
+        Some(Gpu::new(0).expect("opening CUDA device 0"))
+    })
+    .as_ref()
+}
+
+fn seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let s = std::env::var("FP4NORM_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(7)
+            });
+        eprintln!("FP4NORM_SEED={s}");
+        s
+    })
+}
+
+fn upload<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    v: &[T],
+) -> CudaSlice<T> {
+    if v.is_empty() {
+        return stream.alloc_zeros::<T>(1).expect("alloc");
+    }
+    stream.clone_htod(v).expect("upload")
+}
+
+fn first_diff<T: PartialEq + std::fmt::Debug>(
+    name: &str,
+    got: &[T],
+    want: &[T],
+) -> Result<(), String> {
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        let n = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        return Err(format!(
+            "{name}: {n} differ; first at {i}: gpu {:?} reference {:?}",
+            got[i], want[i]
+        ));
+    }
+    Ok(())
+}
+
+/// The ranks' inputs: values of ±3 whose later ranks partly cancel the first (so the sum's
+/// rounding order matters), and NaN, ±Inf in one rank's rows 1..4 where the case asks.
+fn rank_inputs<T: Element>(c: &ArCase, rng: &mut rand::rngs::StdRng) -> Vec<Vec<T>> {
+    let n = c.m * c.h;
+    let first: Vec<f32> = (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+    let mut ranks: Vec<Vec<T>> = (0..c.ranks)
+        .map(|k| {
+            (0..n)
+                .map(|i| {
+                    let v = if k > 0 && i % 3 == 0 {
+                        -first[i] / (c.ranks - 1) as f32 + rng.random_range(-1e-3f32..1e-3)
+                    } else if k == 0 {
+                        first[i]
+                    } else {
+                        rng.random_range(-3.0f32..3.0)
+                    };
+                    T::round_from_f32(v)
+                })
+                .collect()
+        })
+        .collect();
+    if c.special {
+        let k = c.ranks - 1;
+        for (row, v) in [
+            (1usize, f32::NAN),
+            (2, f32::INFINITY),
+            (3, f32::NEG_INFINITY),
+        ] {
+            if row < c.m {
+                let col = rng.random_range(0..c.h);
+                ranks[k][row * c.h + col] = T::round_from_f32(v);
+            }
+        }
+    }
+    ranks
+}
+
+fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    stream: &Arc<CudaStream>,
+    c: &ArCase,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let (m, h) = (c.m, c.h);
+    let p = c.problem();
+    let ranks = rank_inputs::<T>(c, rng);
+    let r: Vec<T> = (0..m * h)
+        .map(|_| T::round_from_f32(rng.random_range(-1.0f32..1.0)))
+        .collect();
+    let w: Vec<T> = (0..h)
+        .map(|_| T::round_from_f32(rng.random_range(-2.0f32..2.0)))
+        .collect();
+    let opts = Options::default().with_format(c.format);
+    // The reference.
+    let mut r_ref = r.clone();
+    let mut q = vec![0u8; p.fp4_len()];
+    let mut rm = vec![0u8; p.row_major_scales_len()];
+    let mut sw = vec![0u8; p.swizzled_scales_len()];
+    let scales = match c.layout {
+        ScaleLayout::RowMajor => ScaleOut::RowMajor(&mut rm[..]),
+        ScaleLayout::Swizzled => ScaleOut::Swizzled(&mut sw[..]),
+        ScaleLayout::Both => ScaleOut::Both {
+            row_major: &mut rm[..],
+            swizzled: &mut sw[..],
+        },
+    };
+    let inputs: Vec<MatRef<'_, T>> = ranks
+        .iter()
+        .map(|x| MatRef::new(x, m, h).unwrap())
+        .collect();
+    reference::allreduce_add_rmsnorm_fp4quant(
+        &inputs,
+        MatMut::new(&mut r_ref, m, h).unwrap(),
+        &w,
+        Fp4Out {
+            y_fp4: &mut q,
+            scales,
+            y_out: None,
+        },
+        GlobalScale::Uniform(if c.format.scale == ScaleFormat::E4M3 {
+            GS
+        } else {
+            1.0
+        }),
+        &opts,
+    )
+    .map_err(|e| format!("reference: {e}"))?;
+    // The GPU, buffers poisoned; unaligned views one element in.
+    let off = c.misaligned as usize;
+    let pad = |v: &[T]| -> Vec<T> {
+        let mut out = vec![T::from_bits(0x5555); off];
+        out.extend_from_slice(v);
+        out
+    };
+    let xs: Vec<CudaSlice<T>> = ranks.iter().map(|x| upload(stream, &pad(x))).collect();
+    let r_d = upload(stream, &pad(&r));
+    let w_d = upload(stream, &w);
+    let gs_d = upload(stream, &[GS]);
+    let q_d = upload(stream, &vec![POISON; q.len()]);
+    let rm_d = upload(stream, &vec![POISON; rm.len()]);
+    let sw_d = upload(stream, &vec![POISON; sw.len()]);
+    let e = T::DTYPE.size() as u64;
+    let mat = |s: &CudaSlice<T>| RawMat {
+        ptr: s.device_ptr(stream).0 + off as u64 * e,
+        rows: m,
+        cols: h,
+        row_stride: h,
+        len: Some(m * h),
+    };
+    let bp = |s: &CudaSlice<u8>, n: usize| RawBuf::new(s.device_ptr(stream).0, n);
+    let call = RawCall {
+        dtype: T::DTYPE,
+        x: mat(&xs[0]),
+        residual: Some(mat(&r_d)),
+        weight: RawBuf::new(w_d.device_ptr(stream).0, h),
+        y_fp4: bp(&q_d, q.len()),
+        scales: match c.layout {
+            ScaleLayout::RowMajor => ScaleOut::RowMajor(bp(&rm_d, rm.len())),
+            ScaleLayout::Swizzled => ScaleOut::Swizzled(bp(&sw_d, sw.len())),
+            ScaleLayout::Both => ScaleOut::Both {
+                row_major: bp(&rm_d, rm.len()),
+                swizzled: bp(&sw_d, sw.len()),
+            },
+        },
+        y_out: None,
+        global_scale: RawGlobalScale::Uniform(RawBuf::new(gs_d.device_ptr(stream).0, 1)),
+        options: opts,
+    };
+    let others: Vec<RawMat> = xs[1..].iter().map(mat).collect();
+    // SAFETY: every buffer is a live allocation of this device holding the extents given.
+    unsafe {
+        g.launch_allreduce_raw(
+            stream.cu_stream(),
+            &call,
+            &others,
+            &LaunchOptions::default(),
+        )
+    }
+    .map_err(|e| format!("launch failed: {e}"))?;
+    stream
+        .synchronize()
+        .map_err(|e| format!("kernel failed: {e}"))?;
+    first_diff("y_fp4", &stream.clone_dtoh(&q_d).unwrap(), &q)?;
+    if c.layout.has_row_major() {
+        first_diff("row-major scales", &stream.clone_dtoh(&rm_d).unwrap(), &rm)?;
+    }
+    if c.layout.has_swizzled() {
+        first_diff("swizzled scales", &stream.clone_dtoh(&sw_d).unwrap(), &sw)?;
+    }
+    let bits = |v: &[T]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+    let got_r: Vec<T> = stream.clone_dtoh(&r_d).unwrap();
+    first_diff("residual", &bits(&got_r[off..]), &bits(&r_ref))?;
+    for (k, (x, d)) in ranks.iter().zip(&xs).enumerate() {
+        let got: Vec<T> = stream.clone_dtoh(d).unwrap();
+        if bits(&got[off..]) != bits(x) {
+            return Err(format!("rank {k}'s input was written"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_allreduce_simulated_ranks_match_the_reference() {
+    let Some(g) = gpu() else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED (no CUDA device): gpu_allreduce_simulated_ranks_match_the_reference"
+        );
+        return;
+    };
+    let stream = g.context().new_stream().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0xa11);
+    let cases = allreduce_cases();
+    let mut failures = Vec::new();
+    for c in &cases {
+        let res = match c.dtype {
+            DType::BF16 => run_case::<bf16>(g, &stream, c, &mut rng),
+            DType::F16 => run_case::<f16>(g, &stream, c, &mut rng),
+        };
+        if let Err(e) = res {
+            failures.push(format!("{c:?}: {e}"));
+        }
+    }
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
+    eprintln!(
+        "all-reduce: {} cases, {} failed",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn gpu_allreduce_refuses_bad_rank_inputs_before_writing() {
+    let Some(g) = gpu() else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED (no CUDA device): gpu_allreduce_refuses_bad_rank_inputs_before_writing"
+        );
+        return;
+    };
+    let stream = g.context().new_stream().unwrap();
+    let (m, h) = (4usize, 64usize);
+    let x0 = upload(&stream, &vec![bf16::ONE; m * h]);
+    let x1 = upload(&stream, &vec![bf16::ONE; m * h]);
+    let r_d = upload(&stream, &vec![bf16::ONE; m * h]);
+    let w_d = upload(&stream, &vec![bf16::ONE; h]);
+    let q_d = upload(&stream, &vec![POISON; m * h / 2]);
+    let rm_d = upload(&stream, &vec![POISON; m * h / 16]);
+    let mat = |s: &CudaSlice<bf16>, rows| RawMat {
+        ptr: s.device_ptr(&stream).0,
+        rows,
+        cols: h,
+        row_stride: h,
+        len: Some(m * h),
+    };
+    let call = RawCall {
+        dtype: DType::BF16,
+        x: mat(&x0, m),
+        residual: Some(mat(&r_d, m)),
+        weight: RawBuf::new(w_d.device_ptr(&stream).0, h),
+        y_fp4: RawBuf::new(q_d.device_ptr(&stream).0, m * h / 2),
+        scales: ScaleOut::RowMajor(RawBuf::new(rm_d.device_ptr(&stream).0, m * h / 16)),
+        y_out: None,
+        global_scale: RawGlobalScale::None,
+        options: Options::nvfp4(),
+    };
+    let bad: [(&str, Vec<RawMat>, RawCall); 4] = [
+        ("a rank of another shape", vec![mat(&x1, m - 1)], call),
+        ("nine ranks", vec![mat(&x1, m); 8], call),
+        ("a rank aliasing the residual", vec![mat(&r_d, m)], call),
+        (
+            "no residual",
+            vec![mat(&x1, m)],
+            RawCall {
+                residual: None,
+                ..call
+            },
+        ),
+    ];
+    for (what, others, c) in bad {
+        // SAFETY: live allocations of this device.
+        let r = unsafe {
+            g.launch_allreduce_raw(stream.cu_stream(), &c, &others, &LaunchOptions::default())
+        };
+        assert!(r.is_err(), "{what}: accepted");
+        stream.synchronize().unwrap();
+        let got: Vec<u8> = stream.clone_dtoh(&q_d).unwrap();
+        assert!(got.iter().all(|&b| b == POISON), "{what}: bytes written");
+    }
+}
