@@ -6,6 +6,7 @@
 //! Fresh random data every run (the seed is printed, and `FP4NORM_SEED` replays it).
 #![cfg(feature = "cuda")]
 
+mod gpu_common;
 mod sweep;
 
 use std::sync::{Arc, OnceLock};
@@ -16,6 +17,7 @@ use fp4norm::{
     bf16, cpu, f16, reference, DType, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options,
     RawBuf, RawCall, RawGlobalScale, RawMat, ScaleLayout, ScaleOut,
 };
+use gpu_common::{first_diff, seed, upload};
 use rand::{Rng, SeedableRng};
 use sweep::{Case, Fill};
 
@@ -80,23 +82,6 @@ fn skipped(what: &str) {
 fn skipped_because(reason: &str, what: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr().lock(), "SKIPPED ({reason}): {what}");
-}
-
-fn seed() -> u64 {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    *SEED.get_or_init(|| {
-        let s = std::env::var("FP4NORM_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(7)
-            });
-        eprintln!("FP4NORM_SEED={s}");
-        s
-    })
 }
 
 /// Host data and CPU results of one case.
@@ -280,38 +265,6 @@ fn host_case<T: Element>(c: &Case, rng: &mut rand::rngs::StdRng) -> HostCase<T> 
         sw,
         y,
     }
-}
-
-fn upload<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-    stream: &Arc<CudaStream>,
-    v: &[T],
-) -> CudaSlice<T> {
-    if v.is_empty() {
-        return stream.alloc_zeros::<T>(1).expect("alloc");
-    }
-    stream.clone_htod(v).expect("upload")
-}
-
-fn first_diff<T: PartialEq + std::fmt::Debug>(
-    name: &str,
-    got: &[T],
-    want: &[T],
-    row_len: usize,
-) -> Result<(), String> {
-    if got.len() != want.len() {
-        return Err(format!("{name}: length {} vs {}", got.len(), want.len()));
-    }
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        let n = got.iter().zip(want).filter(|(a, b)| a != b).count();
-        return Err(format!(
-            "{name}: {n} bytes differ; first at index {i} (row {}, col {}): gpu {:?} cpu {:?}",
-            i / row_len.max(1),
-            i % row_len.max(1),
-            got[i],
-            want[i]
-        ));
-    }
-    Ok(())
 }
 
 /// Runs one case on the GPU (through the safe cudarc API, or the raw API for the

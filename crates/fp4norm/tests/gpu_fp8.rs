@@ -7,80 +7,18 @@
 //! `FP4NORM_SEED` replays a run's data (the seed is printed).
 #![cfg(feature = "cuda")]
 
+mod gpu_common;
 mod sweep;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
 use fp4norm::cuda::{internal, Gpu, LaunchOptions};
 use fp4norm::fp8::{self, Fp8Out, Fp8ScaleFormat, Fp8Scales, Fp8Scaling, RawFp8Call};
 use fp4norm::{bf16, f16, DType, Element, MatMut, MatRef, RawBuf, RawMat};
+use gpu_common::{first_diff, seed, upload, POISON};
 use rand::{Rng, SeedableRng};
 use sweep::fp8::{fp8_cases, Fp8Case, LITERAL_EVERY};
-
-const POISON: u8 = 0xAA;
-
-fn gpu() -> Option<&'static Gpu> {
-    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
-    GPU.get_or_init(|| {
-        let require = std::env::var_os("FP4NORM_REQUIRE_GPU").is_some_and(|v| v != "0");
-        if fp4norm::cuda::device_count() == 0 {
-            assert!(
-                !require,
-                "FP4NORM_REQUIRE_GPU is set but no CUDA device was found"
-            );
-            return None;
-        }
-        let g = Gpu::new(0).expect("opening CUDA device 0");
-        let path = g
-            .conversion_path()
-            .expect("the conversion self-test")
-            .clone();
-        eprintln!(
-            "GPU: {} ({}; conversions: {}, {})",
-            g.name(),
-            g.arch(),
-            if path.fast { "fast" } else { "literal" },
-            path.reason
-        );
-        Some(g)
-    })
-    .as_ref()
-}
-
-macro_rules! require_gpu {
-    ($test:expr) => {
-        match gpu() {
-            Some(g) => g,
-            None => {
-                use std::io::Write;
-                let _ = writeln!(
-                    std::io::stderr().lock(),
-                    "SKIPPED (no CUDA device): {}",
-                    $test
-                );
-                return;
-            }
-        }
-    };
-}
-
-fn seed() -> u64 {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    *SEED.get_or_init(|| {
-        let s = std::env::var("FP4NORM_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(7)
-            });
-        eprintln!("FP4NORM_SEED={s}");
-        s
-    })
-}
 
 /// Inputs and the reference's outputs of one case.
 struct Host<T> {
@@ -186,38 +124,6 @@ fn host_case<T: Element>(c: &Fp8Case, rng: &mut rand::rngs::StdRng) -> Host<T> {
         scales,
         y,
     }
-}
-
-fn upload<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-    stream: &Arc<CudaStream>,
-    v: &[T],
-) -> CudaSlice<T> {
-    if v.is_empty() {
-        return stream.alloc_zeros::<T>(1).expect("alloc");
-    }
-    stream.clone_htod(v).expect("upload")
-}
-
-fn first_diff<T: PartialEq + std::fmt::Debug>(
-    name: &str,
-    got: &[T],
-    want: &[T],
-    row_len: usize,
-) -> Result<(), String> {
-    if got.len() != want.len() {
-        return Err(format!("{name}: length {} vs {}", got.len(), want.len()));
-    }
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        let n = got.iter().zip(want).filter(|(a, b)| a != b).count();
-        return Err(format!(
-            "{name}: {n} differ; first at index {i} (row {}, col {}): gpu {:?} reference {:?}",
-            i / row_len.max(1),
-            i % row_len.max(1),
-            got[i],
-            want[i]
-        ));
-    }
-    Ok(())
 }
 
 /// The scale the case's per-tensor scaling names, and the options the raw call carries: a

@@ -1,0 +1,115 @@
+//! What the GPU test files share: device 0 (or a visible skip), the run's seed, uploads of
+//! host data and the first differing byte of two outputs.
+#![allow(dead_code)]
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use fp4norm::cuda::Gpu;
+
+/// The byte every output buffer holds before a kernel runs: a byte it does not write shows.
+pub const POISON: u8 = 0xAA;
+
+/// Device 0, its conversion path settled (printed once); `None` without a CUDA device,
+/// which `FP4NORM_REQUIRE_GPU=1` makes a failure.
+pub fn gpu() -> Option<&'static Gpu> {
+    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let require = std::env::var_os("FP4NORM_REQUIRE_GPU").is_some_and(|v| v != "0");
+        if fp4norm::cuda::device_count() == 0 {
+            assert!(
+                !require,
+                "FP4NORM_REQUIRE_GPU is set but no CUDA device was found"
+            );
+            return None;
+        }
+        let g = Gpu::new(0).expect("opening CUDA device 0");
+        let path = g
+            .conversion_path()
+            .expect("the conversion self-test")
+            .clone();
+        eprintln!(
+            "GPU: {} ({}; conversions: {}, {})",
+            g.name(),
+            g.arch(),
+            if path.fast { "fast" } else { "literal" },
+            path.reason
+        );
+        Some(g)
+    })
+    .as_ref()
+}
+
+/// Says on the real stderr (the harness captures `eprintln!` of passing tests) that `what`
+/// did not run for want of a GPU.
+pub fn skipped(what: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED (no CUDA device): {what}");
+}
+
+/// The GPU, or a visible skip and return.
+#[macro_export]
+macro_rules! require_gpu {
+    ($test:expr) => {
+        match gpu_common::gpu() {
+            Some(g) => g,
+            None => {
+                gpu_common::skipped($test);
+                return;
+            }
+        }
+    };
+}
+
+/// Fresh random data every run: the seed is printed, and `FP4NORM_SEED` replays it.
+pub fn seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let s = std::env::var("FP4NORM_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(7)
+            });
+        eprintln!("FP4NORM_SEED={s}");
+        s
+    })
+}
+
+/// `v` on the device (one zeroed element where `v` is empty: a valid pointer).
+pub fn upload<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    v: &[T],
+) -> CudaSlice<T> {
+    if v.is_empty() {
+        return stream.alloc_zeros::<T>(1).expect("alloc");
+    }
+    stream.clone_htod(v).expect("upload")
+}
+
+/// `Err` naming the first difference of `got` and `want` (row and column by `row_len`)
+/// and how many differ.
+pub fn first_diff<T: PartialEq + std::fmt::Debug>(
+    name: &str,
+    got: &[T],
+    want: &[T],
+    row_len: usize,
+) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{name}: length {} vs {}", got.len(), want.len()));
+    }
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        let n = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        return Err(format!(
+            "{name}: {n} differ; first at index {i} (row {}, col {}): gpu {:?} reference {:?}",
+            i / row_len.max(1),
+            i % row_len.max(1),
+            got[i],
+            want[i]
+        ));
+    }
+    Ok(())
+}
