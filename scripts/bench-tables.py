@@ -47,8 +47,12 @@ BIG = 1 << 25
 
 
 def load(path):
+    """A bench JSON file with its FP4 rows only (a run may mix in FP8 formats, whose rows
+    carry "op": "fp8"; this page's tables are the FP4 op's)."""
     with open(path) as f:
-        return json.load(f)
+        run = json.load(f)
+    run["rows"] = [r for r in run["rows"] if r.get("op", "fp4") == "fp4"]
+    return run
 
 
 def index(run):
