@@ -429,6 +429,33 @@ fn rand_case(
     Case::random(m, h, dtype, layout, opts(f), rng.random())
 }
 
+/// Random inputs of one random case: x (and the residual) at magnitudes from somewhere
+/// between subnormal and near the dtype's max, and in some cases a few special values
+/// (±0, ±Inf, NaN, the max, subnormals) dropped into x.
+fn fill_mixed(rng: &mut StdRng, dtype: DType, x: &mut [u16], residual: Option<&mut Vec<u16>>) {
+    let (lo, hi) = if dtype == DType::F16 {
+        (-20, 12)
+    } else {
+        (-60, 60)
+    };
+    let lo = rng.random_range(lo..=hi - 2);
+    let hi = rng.random_range(lo..=hi);
+    fill_random(x, dtype, rng.random(), lo, hi);
+    if let Some(r) = residual {
+        fill_random(r, dtype, rng.random(), lo, hi);
+    }
+    let s = sp(dtype);
+    if rng.random_bool(0.3) && !x.is_empty() {
+        for _ in 0..rng.random_range(1..8) {
+            let i = rng.random_range(0..x.len());
+            x[i] = pick(
+                rng,
+                &[0, 0x8000, s.inf, s.inf | 0x8000, s.nan, s.max, 1, s.max_sub],
+            );
+        }
+    }
+}
+
 fn pick<T: Copy>(rng: &mut StdRng, v: &[T]) -> T {
     v[rng.random_range(0..v.len())]
 }
@@ -1032,28 +1059,7 @@ fn random_cases(rng: &mut StdRng, n: usize) -> Vec<Case> {
             };
             let m = if m * h > 1 << 20 { 3 } else { m };
             let mut c = Case::random(m, h, dtype, layout, opts(f), rng.random());
-            // Magnitudes: somewhere between subnormal and near the dtype's max.
-            let (lo, hi) = if dtype == DType::F16 {
-                (-20, 12)
-            } else {
-                (-60, 60)
-            };
-            let lo = rng.random_range(lo..=hi - 2);
-            let hi = rng.random_range(lo..=hi);
-            fill_random(&mut c.x, dtype, rng.random(), lo, hi);
-            if let Some(r) = c.residual.as_mut() {
-                fill_random(r, dtype, rng.random(), lo, hi);
-            }
-            let s = sp(dtype);
-            if rng.random_bool(0.3) && !c.x.is_empty() {
-                for _ in 0..rng.random_range(1..8) {
-                    let i = rng.random_range(0..c.x.len());
-                    c.x[i] = pick(
-                        rng,
-                        &[0, 0x8000, s.inf, s.inf | 0x8000, s.nan, s.max, 1, s.max_sub],
-                    );
-                }
-            }
+            fill_mixed(rng, dtype, &mut c.x, c.residual.as_mut());
             let any_eps = rng.random_range(0.0f32..1.0);
             c.set_eps(pick(rng, &[1e-6f32, 1e-5, 0.0, any_eps]));
             c.gs = match rng.random_range(0..4) {

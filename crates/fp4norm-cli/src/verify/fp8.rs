@@ -15,10 +15,11 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 use super::{
-    bias_weights, huge_rows, huge_weights, pick, pow2_weights, sp, special_rows, special_weights,
-    subnormal_rows, tie_rows, with_stride, zero_and_tiny_rows, DTYPES, EPSILONS, WEIGHT_BIASES,
+    bias_weights, fill_mixed, huge_rows, huge_weights, pick, pow2_weights, special_rows,
+    special_weights, subnormal_rows, tie_rows, with_stride, zero_and_tiny_rows, DTYPES, EPSILONS,
+    WEIGHT_BIASES,
 };
-use crate::case::{fill_random, to_bits, to_f32, Case, Op};
+use crate::case::{to_bits, to_f32, Case, Op};
 
 /// vLLM's per-token scale floor, `1 / (448 · 512)`.
 const VLLM_S_MIN: f32 = 1.0 / (448.0 * 512.0);
@@ -618,28 +619,7 @@ pub(super) fn random_cases(rng: &mut StdRng, n: usize) -> Vec<Case> {
                 _ => {}
             }
             let mut c = fp8_case(rng, m, h, dtype, element, scaling);
-            // Magnitudes: somewhere between subnormal and near the dtype's max.
-            let (lo, hi) = if dtype == DType::F16 {
-                (-20, 12)
-            } else {
-                (-60, 60)
-            };
-            let lo = rng.random_range(lo..=hi - 2);
-            let hi = rng.random_range(lo..=hi);
-            fill_random(&mut c.x, dtype, rng.random(), lo, hi);
-            if let Some(r) = c.residual.as_mut() {
-                fill_random(r, dtype, rng.random(), lo, hi);
-            }
-            let s = sp(dtype);
-            if rng.random_bool(0.3) && !c.x.is_empty() {
-                for _ in 0..rng.random_range(1..8) {
-                    let i = rng.random_range(0..c.x.len());
-                    c.x[i] = pick(
-                        rng,
-                        &[0, 0x8000, s.inf, s.inf | 0x8000, s.nan, s.max, 1, s.max_sub],
-                    );
-                }
-            }
+            fill_mixed(rng, dtype, &mut c.x, c.residual.as_mut());
             if rng.random_bool(0.2) && h >= 8 {
                 pow2_weights(&mut c, rng, block(&scaling, h), -30);
             }
