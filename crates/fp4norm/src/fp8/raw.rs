@@ -104,7 +104,12 @@ impl RawFp8Call {
         let scale_size = p.scale_element_bytes();
         match (&self.scales, p.scale_format()) {
             (None, None) => {}
-            (Some(_), None) => p.check_scales(super::KIND_F32, 1)?,
+            (Some(_), None) => {
+                return Err(Error::Fp8ScaleKind {
+                    expected: super::KIND_NONE,
+                    got: super::KIND_F32,
+                })
+            }
             (None, Some(f)) => {
                 return Err(Error::Fp8ScaleKind {
                     expected: kind_of(f),
@@ -165,7 +170,7 @@ impl RawFp8Call {
         if let Some(b) = static_scale {
             check_ptr("scale", b.ptr, 4)?;
         }
-        ranges.retain(|r| !r.start.eq(&r.end));
+        ranges.retain(|r| !r.is_empty());
         check_overlaps(&ranges)?;
         let rows_aligned = |mat: &RawMat| mat.ptr % 16 == 0 && (mat.row_stride * e) % 16 == 0;
         let vector_aligned = rows_aligned(&self.x)
