@@ -63,12 +63,14 @@ if has tests && [ "${TESTS_EXTRA:-1}" != 0 ]; then
   FP4NORM_SWIZZLE_SPLIT=1 "$bin/gpu" --test-threads=3 gpu_sweep_bf16 > "$out/gpu-tests-split.log" 2>&1
   grep -E "^FAIL|panicked" "$out/gpu-tests-split.log" | head -20
   summary+=("tests, split swizzled write forced: $(grep 'test result' "$out/gpu-tests-split.log" | tail -1) ($(( $(date +%s) - start ))s)")
-  # The swizzled padding zeroed by the call's own CTAs is off by default until measured:
-  # the bf16 sweep and the edge cases with it forced.
+  # The layouts' padding rows zeroed by CTAs of their own (the default spreads it over the
+  # call's threads): the bf16 sweep, the edge cases and the FP8 suite with it forced.
   start=$(date +%s)
-  FP4NORM_SWIZZLE_PAD_SPREAD=1 "$bin/gpu" --test-threads=3 gpu_sweep_bf16 gpu_edge_cases > "$out/gpu-tests-padspread.log" 2>&1
-  grep -E "^FAIL|panicked" "$out/gpu-tests-padspread.log" | head -20
-  summary+=("tests, swizzled padding spread forced: $(grep 'test result' "$out/gpu-tests-padspread.log" | tail -1) ($(( $(date +%s) - start ))s)")
+  FP4NORM_PAD_SPREAD=0 "$bin/gpu" --test-threads=3 gpu_sweep_bf16 gpu_edge_cases > "$out/gpu-tests-padctas.log" 2>&1
+  grep -E "^FAIL|panicked" "$out/gpu-tests-padctas.log" | head -20
+  FP4NORM_PAD_SPREAD=0 "$bin/gpu_fp8" --test-threads=3 > "$out/gpu-fp8-tests-padctas.log" 2>&1
+  grep -E "^FAIL|panicked" "$out/gpu-fp8-tests-padctas.log" | head -20
+  summary+=("tests, padding rows' own CTAs forced: $(grep 'test result' "$out/gpu-tests-padctas.log" | tail -1), FP8 $(grep 'test result' "$out/gpu-fp8-tests-padctas.log" | tail -1) ($(( $(date +%s) - start ))s)")
   # The demotion of kept swizzled words runs only past a resident wave of rows, past every
   # sweep case: checked bench rows of 2048 rows with it forced (every row against the
   # reference).

@@ -120,20 +120,20 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             }
         }
     }
-    // The swizzled padding zeroed by the call's own CTAs (`FP4NORM_SWIZZLE_PAD_SPREAD=1`,
-    // which the GPU tests force on the bf16 sweep and the edge cases).
+    // The swizzled padding zeroed by CTAs of its own (`FP4NORM_PAD_SPREAD=0`, which the GPU
+    // tests force on the bf16 sweep and the edge cases).
     for c in sweep::sweep(fp4norm::DType::BF16)
         .into_iter()
         .chain(sweep::edge_cases())
     {
         let cfg = planned(&c.problem(c.dtype), c.gs_mode(), c.aligned(), hw_e2m1, true);
-        if cfg.swizzled && !cfg.swizzle_split {
-            let spread = KernelConfig {
-                swizzle_pad_spread: true,
+        if cfg.pad_spread {
+            let own_ctas = KernelConfig {
+                pad_spread: false,
                 ..cfg
             };
-            if seen.insert(spread.describe()) {
-                out.push(spread);
+            if seen.insert(own_ctas.describe()) {
+                out.push(own_ctas);
             }
         }
     }
@@ -161,8 +161,9 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             }
         }
     }
-    // The FP8 kernels of the GPU tests (tests/gpu_fp8.rs), and their literal-encoder
-    // variants on the cases that test runs on that path.
+    // The FP8 kernels of the GPU tests (tests/gpu_fp8.rs), their literal-encoder variants
+    // on the cases that test runs on that path, and MXFP8's padding rows zeroed by CTAs of
+    // their own (`FP4NORM_PAD_SPREAD=0`, forced on that suite too).
     for (i, c) in sweep::fp8::fp8_cases().iter().enumerate() {
         let mut cfg = c.config(&PLAN);
         cfg.hw_canonical_nan = !hw_e2m1;
@@ -171,10 +172,18 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             hw_canonical_nan: false,
             ..cfg
         };
+        let own_ctas = KernelConfig {
+            pad_spread: false,
+            ..cfg
+        };
         let with_literal = i % sweep::fp8::LITERAL_EVERY == 0;
-        for k in [Some(cfg), with_literal.then_some(literal)]
-            .into_iter()
-            .flatten()
+        for k in [
+            Some(cfg),
+            with_literal.then_some(literal),
+            cfg.pad_spread.then_some(own_ctas),
+        ]
+        .into_iter()
+        .flatten()
         {
             if seen.insert(k.describe()) {
                 out.push(k);

@@ -121,16 +121,16 @@ pub(crate) fn swizzle_demote() -> Option<bool> {
     )
 }
 
-/// `FP4NORM_SWIZZLE_PAD_SPREAD=0|1`: the zero scales of the swizzled layout's padding rows
-/// written by a few padding slots, each thread a share (1), or by one row slot per padding
-/// row (0).
-pub(crate) fn swizzle_pad_spread() -> Option<bool> {
+/// `FP4NORM_PAD_SPREAD=0|1`: the zero scales of the swizzled layout's padding rows written
+/// by one CTA (or cluster) per padding row (0), or by every thread of the call's rows (1,
+/// the default).
+pub(crate) fn pad_spread() -> Option<bool> {
     static KNOB: OnceLock<Option<bool>> = OnceLock::new();
     switch_knob_once(
         &KNOB,
-        "FP4NORM_SWIZZLE_PAD_SPREAD",
-        "swizzled padding rows zeroed by a few packed padding slots",
-        "swizzled padding rows zeroed by one row slot each",
+        "FP4NORM_PAD_SPREAD",
+        "swizzled padding rows zeroed by the threads of the call's rows",
+        "swizzled padding rows zeroed by CTAs of their own",
     )
 }
 

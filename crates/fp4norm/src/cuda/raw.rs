@@ -310,16 +310,13 @@ pub(crate) unsafe fn launch_fused_with_ranks(
     for (slot, x) in ar_x[1..].iter_mut().zip(more) {
         *slot = x.ptr;
     }
-    // Rows the fused kernel covers: with directly written swizzled scales, the padding rows
-    // of the last 128-row tile too (it zeroes their scales), or with the padding spread a
-    // few padding slots that share that work; a split write's swizzle pass zeroes them
-    // instead.
-    let rows_total = if !p.layout.has_swizzled() || cfg.swizzle_split {
-        p.m
-    } else if cfg.swizzle_pad_spread {
-        p.m + kernel::swizzle_pad_slots(&cfg, p.m, p.n_blocks())
-    } else {
+    // Rows the fused kernel covers: with directly written swizzled scales whose padding is
+    // not spread over the call's threads, the last 128-row tile's padding rows too (their
+    // CTAs zero those scales); a split write's swizzle pass zeroes them instead.
+    let rows_total = if p.layout.has_swizzled() && !cfg.swizzle_split && !cfg.pad_spread {
         swizzled_rows(p.m)
+    } else {
+        p.m
     };
     let (rm, sw) = c.scales.split();
     let (rm, sw) = (rm.map_or(0, |b| b.ptr), sw.map_or(0, |b| b.ptr));
@@ -356,25 +353,19 @@ pub(crate) unsafe fn launch_fused_with_ranks(
         Some(pass) => Some((pass, gpu.kernels.get(&gpu.ctx, &gpu.arch, &pass)?)),
         None => None,
     };
-    let grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
-    let grid = u32::try_from(grid)
-        .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
-    let mut args = [&mut params as *mut FusedParams as *mut c_void];
-    // SAFETY: the arguments match the kernel's signature (one struct by value) and every
-    // pointer in it was checked above; the caller guarantees the memory is live.
+    // SAFETY: the parameters' pointers were checked above; the caller guarantees the
+    // memory is live.
     unsafe {
-        launch_clustered(
+        launch_fused_kernel(
             gpu,
-            &f,
-            grid,
-            cfg.block_threads(),
-            cfg.cluster,
-            pdl,
             stream,
-            &mut args,
+            &f,
+            &cfg,
+            pdl,
+            &mut params,
             "launching fp4norm_fused",
-        )?;
-    }
+        )?
+    };
     let Some((pass, f)) = pass else {
         return Ok(());
     };
@@ -597,12 +588,13 @@ pub(crate) unsafe fn launch_fused_fp8(
     gpu.settle_conversions(stream)?;
     let pdl = gpu.pdl_for(opts.pdl);
     let cfg = gpu.fp8_config(&p, c.static_scale.is_some(), aligned);
-    // Rows the kernel covers: with column-major or swizzled scales, the layout's padding
-    // rows too (it zeroes their scales).
-    let rows_total = match p.layout() {
-        Some(Fp8ScaleLayout::ColumnMajor) => p.m.div_ceil(4) * 4,
-        Some(Fp8ScaleLayout::Swizzled) => swizzled_rows(p.m),
-        _ => p.m,
+    // Rows the kernel covers: with column-major scales, or swizzled ones whose padding is
+    // not spread over the call's threads, the layout's padding rows too (their CTAs zero
+    // them).
+    let rows_total = if cfg.pad_spread {
+        p.m
+    } else {
+        p.scale_rows().max(p.m)
     };
     let (rm, sw) = match (p.layout(), c.scales) {
         (Some(Fp8ScaleLayout::Swizzled), Some(b)) => (0, b.ptr),
@@ -640,23 +632,54 @@ pub(crate) unsafe fn launch_fused_fp8(
         ar_x: [0; 8],
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    // SAFETY: the parameters' pointers were checked above; the caller guarantees the
+    // memory is live.
+    unsafe {
+        launch_fused_kernel(
+            gpu,
+            stream,
+            &f,
+            &cfg,
+            pdl,
+            &mut params,
+            "launching fp4norm_fused (FP8)",
+        )
+    }
+}
+
+/// Launches the fused kernel `f` of configuration `cfg` over `params.rows_total` rows: its
+/// grid (rows per CTA, CTAs per row) and cluster from `cfg`.
+///
+/// # Safety
+/// `f` is the fused kernel compiled for `cfg`, and every pointer in `params` is valid
+/// device memory of `gpu` for the call it describes, live until the kernel completes.
+unsafe fn launch_fused_kernel(
+    gpu: &Gpu,
+    stream: sys::CUstream,
+    f: &cudarc::driver::CudaFunction,
+    cfg: &KernelConfig,
+    pdl: bool,
+    params: &mut FusedParams,
+    what: &'static str,
+) -> Result<(), Error> {
+    let rows_total = params.rows_total as usize;
     let grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
     let grid = u32::try_from(grid)
         .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
-    let mut args = [&mut params as *mut FusedParams as *mut c_void];
-    // SAFETY: the arguments match the kernel's signature (one struct by value) and every
-    // pointer in it was checked above; the caller guarantees the memory is live.
+    let mut args = [params as *mut FusedParams as *mut c_void];
+    // SAFETY: the arguments match the kernel's signature (one struct by value); the
+    // caller guarantees its pointers.
     unsafe {
         launch_clustered(
             gpu,
-            &f,
+            f,
             grid,
             cfg.block_threads(),
             cfg.cluster,
             pdl,
             stream,
             &mut args,
-            "launching fp4norm_fused (FP8)",
+            what,
         )
     }
 }

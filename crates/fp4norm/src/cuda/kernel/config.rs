@@ -2,8 +2,8 @@
 //! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
 use super::launch_table::{
-    demote_distance, launch_shape, shape_fits, swizzle_demote_tiles, swizzle_keep_wanted,
-    swizzle_pad_spread_wanted, swizzle_split_wanted,
+    demote_distance, launch_shape, pad_spread_wanted, shape_fits, swizzle_demote_tiles,
+    swizzle_keep_wanted, swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -114,10 +114,10 @@ pub struct KernelConfig {
     /// The direct swizzled write's 4-byte words stored with an L2 evict-last policy (see
     /// `swizzle_keep_wanted`); only where `swizzled && aligned && !swizzle_split`.
     pub swizzle_keep: bool,
-    /// The swizzled padding rows zeroed by a few padding slots after the call's rows
-    /// (`FP4_SWZ_PAD_SPREAD`, see `swizzle_pad_spread_wanted`); only for a direct swizzled
-    /// write. Defined only when set, so the usual source, and its cubins, are unchanged.
-    pub swizzle_pad_spread: bool,
+    /// The padding rows of a direct swizzled write's last 128-row tile zeroed by every
+    /// thread of the grid rather than by CTAs of their own (`FP4_PAD_SPREAD`, see
+    /// `pad_spread_wanted`); only where the fused kernel writes swizzled scales.
+    pub pad_spread: bool,
     /// Kept swizzled words handed back to L2's normal eviction this many 128-row tiles
     /// behind each row (`FP4_SWZ_DEMOTE_TILES`, see `swizzle_demote_tiles`; 0: never);
     /// only with `swizzle_keep`. Defined only when nonzero, so other cubins are unchanged.
@@ -174,9 +174,7 @@ impl KernelConfig {
                 && aligned
                 && !swizzle_split
                 && swizzle_keep_wanted(p.m, p.h),
-            swizzle_pad_spread: p.layout.has_swizzled()
-                && !swizzle_split
-                && swizzle_pad_spread_wanted(),
+            pad_spread: p.layout.has_swizzled() && !swizzle_split && pad_spread_wanted(),
             swizzle_demote_tiles: 0,
             fp8: None,
             ar_ranks: 0,
@@ -243,7 +241,7 @@ impl KernelConfig {
             aligned,
             swizzle_split: false,
             swizzle_keep: swizzled && aligned && swizzle_keep_wanted(p.m, p.h),
-            swizzle_pad_spread: false,
+            pad_spread: swizzled && pad_spread_wanted(),
             swizzle_demote_tiles: 0,
             fp8: Some(Fp8Spec {
                 e5m2: p.options.element == Fp8Element::E5M2,
@@ -266,7 +264,12 @@ impl KernelConfig {
     /// if the kernel supports it for this configuration's rows on a device with `limits`
     /// (`shape_fits`), and says whether it did.
     pub fn try_launch_shape(&mut self, shape: (u32, u32, u32), limits: &DeviceLimits) -> bool {
-        let fits = shape_fits(self.h, self.block, shape, limits);
+        // A per-token FP8 row is one block of H: its CTAs split it by vectors, and its
+        // threads meet at one named barrier per row (fused.cu, row_max), 15 rows at most.
+        let per_token = self.fp8.is_some_and(|f| f.per_token);
+        let fit_block = if per_token { 8 } else { self.block };
+        let fits = shape_fits(self.h, fit_block, shape, limits)
+            && !(per_token && shape.0 > 32 && shape.1 > 15);
         if fits {
             (self.threads_per_row, self.rows_per_cta, self.cluster) = shape;
             // The wave, and so the demotion's distance, changes with the shape.
@@ -314,7 +317,7 @@ impl KernelConfig {
             aligned: true,
             swizzle_split: false,
             swizzle_keep: false,
-            swizzle_pad_spread: false,
+            pad_spread: false,
             swizzle_demote_tiles: 0,
             fp8: None,
             ar_ranks: 0,
@@ -385,8 +388,8 @@ impl KernelConfig {
             "#define FP4_WBIAS 1\n"
         } else {
             ""
-        } + if self.swizzle_pad_spread {
-            "#define FP4_SWZ_PAD_SPREAD 1\n"
+        } + if self.pad_spread {
+            "#define FP4_PAD_SPREAD 1\n"
         } else {
             ""
         } + &if self.swizzle_demote_tiles > 0 {
@@ -462,7 +465,7 @@ impl KernelConfig {
     /// A one-line description for logs and errors.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} wbias={} literal={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={} swz_pad_spread={} swz_demote={}",
+            "{:?} {} H={} B={} {} rm={} sw={} res={} y_out={} gs={:?} hw_e2m1={} hw_nan={} wbias={} literal={} exact_ss={} G={} R={} C={} aligned={} swz_split={} swz_keep={} pad_spread={} swz_demote={}",
             self.kind,
             self.dtype,
             self.h,
@@ -484,7 +487,7 @@ impl KernelConfig {
             self.aligned,
             self.swizzle_split,
             self.swizzle_keep,
-            self.swizzle_pad_spread,
+            self.pad_spread,
             self.swizzle_demote_tiles
         ) + &match self.fp8 {
             None => String::new(),

@@ -214,29 +214,16 @@ pub fn demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
     u32::try_from(wave.div_ceil(128) + 2).unwrap_or(u32::MAX)
 }
 
-/// Whether the direct swizzled write zeroes the padding rows of the last 128-row tile
-/// from a few padding slots launched after the call's rows, each thread a share of the
-/// words (`FP4_SWZ_PAD_SPREAD`, [`swizzle_pad_slots`]), rather than from one slot per
-/// padding row, which at decode sizes are most of the grid (127 rows' CTAs, or clusters,
-/// for one row). Off until measured on a GPU; the knob `FP4NORM_SWIZZLE_PAD_SPREAD` turns
-/// it on. The bytes are the same.
-pub fn swizzle_pad_spread_wanted() -> bool {
-    knobs::swizzle_pad_spread().unwrap_or(false)
-}
-
-/// The padding slots (row slots after the call's `m` rows) that zero the swizzled padding
-/// when it is spread ([`swizzle_pad_spread_wanted`]): enough for at most eight words (or,
-/// unaligned, bytes) per thread, at least one where there is padding, never more than the
-/// padding rows.
-pub fn swizzle_pad_slots(cfg: &KernelConfig, m: usize, n_blocks: usize) -> usize {
-    let pad_rows = crate::layout::swizzled_rows(m) - m;
-    if pad_rows == 0 {
-        return 0;
-    }
-    let nk4 = crate::layout::swizzled_col_tiles(n_blocks) * 4;
-    let units = pad_rows * if cfg.aligned { nk4 / 4 } else { nk4 };
-    let threads_per_slot = (cfg.cluster.max(1) * cfg.threads_per_row.max(1)) as usize;
-    units.div_ceil(threads_per_slot * 8).clamp(1, pad_rows)
+/// Whether the zero scales of the swizzled layout's padding rows (the last 128-row tile's
+/// rows past M, in a direct write) are written by every thread of the call's rows in
+/// coalesced 16-byte pieces (`FP4_PAD_SPREAD`), rather than by CTAs of their own, which at
+/// decode sizes are most of the grid (127 rows' CTAs, or clusters, for one row). FP8
+/// column-major scales keep their padding rows' CTAs (at most three rows; there the spread
+/// measured slower, docs/swizzled-scales.md). The knob
+/// `FP4NORM_PAD_SPREAD=0` gives the swizzled padding rows their CTAs back. The bytes are
+/// the same.
+pub fn pad_spread_wanted() -> bool {
+    knobs::pad_spread().unwrap_or(true)
 }
 
 /// Resident CTAs per SM of an aligned fused kernel: the minimum its launch bound asks for
@@ -305,45 +292,6 @@ mod tests {
         }
         assert!(!swizzle_split_wanted(true));
         assert!(!swizzle_split_wanted(false));
-    }
-
-    #[test]
-    fn padding_slots_give_each_thread_at_most_eight_words() {
-        let opts = crate::Options::nvfp4();
-        for (m, h) in [
-            (1usize, 4096usize),
-            (1, 8192),
-            (16, 64),
-            (100, 32768),
-            (127, 16),
-            (128, 4096),
-            (129, 2048),
-        ] {
-            let p = crate::Problem::new(
-                m,
-                h,
-                crate::DType::BF16,
-                crate::ScaleLayout::Swizzled,
-                &opts,
-            )
-            .expect("valid");
-            for aligned in [true, false] {
-                let c = KernelConfig::fused(&p, GsMode::Uniform, aligned, false, &H200);
-                let slots = swizzle_pad_slots(&c, m, p.n_blocks());
-                let pad_rows = crate::layout::swizzled_rows(m) - m;
-                let nk4 = crate::layout::swizzled_col_tiles(p.n_blocks()) * 4;
-                let units = pad_rows * if aligned { nk4 / 4 } else { nk4 };
-                let threads = (c.cluster * c.threads_per_row) as usize;
-                assert!(slots <= pad_rows, "{m} x {h}");
-                assert_eq!(slots == 0, pad_rows == 0, "{m} x {h}");
-                if slots > 0 && slots < pad_rows {
-                    assert!(
-                        units <= slots * threads * 8,
-                        "{m} x {h}: {units} units, {slots} slots"
-                    );
-                }
-            }
-        }
     }
 
     #[test]

@@ -26,8 +26,9 @@
 //   FP4_HW_E2M1      use cvt.rn.satfinite.e2m1x2.f32 (sm_100a-class targets only)
 //   FP4_HW_CANONICAL_NAN  the packed add/cvt already return 0x7FFF for NaN (no fix-up)
 //   FP4_WBIAS        (defined or not) a nonzero weight bias is added to every weight
-//   FP4_SWZ_PAD_SPREAD  (defined or not) the swizzled padding rows zeroed by a few padding
-//                    slots after the call's rows, each thread a share of the words
+//   FP4_PAD_SPREAD   (defined or not) the swizzled padding rows of the last 128-row tile
+//                    zeroed by every thread of the grid after its row's loads, coalesced;
+//                    else by CTAs of their own
 //   FP4_SWZ_DEMOTE_TILES  (defined or not) kept swizzled words handed back to L2's normal
 //                    eviction this many 128-row tiles behind each row
 //   FP4_LITERAL_CODECS    (defined or not) every E2M1, E4M3 and UE8M0 code from the literal

@@ -45,7 +45,7 @@ struct Fp4NormParams {
     u16* y_out;         // [m, y_stride]
     const float* gs;    // [1] or [m]
     i64 m;
-    i64 rows_total;     // m, or Mp when the swizzled padding rows must be zeroed
+    i64 rows_total;     // m, or the layout's padded rows when their CTAs zero the padding
     i64 x_stride;       // elements
     i64 r_stride;
     i64 y_stride;
@@ -793,31 +793,38 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float r
 #undef SQ_SYNC
 }
 
-#if FP4_SWIZZLED && !FP4_SWZ_SPLIT && defined(FP4_SWZ_PAD_SPREAD)
-// Rows m..Mp of the last 128-row tile (all in that tile), their scales zero, shared by the
-// `n` threads of the few padding slots the host launches after the call's rows (thread `t`
-// of them here): a handful of words each, beside the rows' CTAs rather than 127 rows' CTAs
-// at M = 1. Four blocks of a row are four consecutive bytes: one word where the buffer is
-// 4-byte aligned (FP4_VEC_ALIGNED). Not inlined, so that it runs on the registers the
-// row's work leaves (inlined, ptxas hoists its address arithmetic and kernels under a tight
-// launch bound spill).
-__device__ __noinline__ void zero_swizzled_padding(u8* sf_swizzled, i64 m, i64 t, i64 n) {
-    const int first = (int)(m & 127);
-    if (first == 0) return;  // m a multiple of 128: no padding rows
-    u8* tile = sf_swizzled + (m >> 7) * (i64)(NK4 / 4) * 512;
+#if defined(FP4_PAD_SPREAD) && FP4_SWIZZLED && !FP4_SWZ_SPLIT
+// The last 128-row tile's swizzled scales in 16-byte pieces: each holds four blocks of
+// rows c, c + 32, c + 64 and c + 96 (c its index mod 32); those of rows past m are zero.
+#define PAD_UNITS ((NK4 / 4) * 32)
+// Share `t` of `n` of the padding, written as zero by every thread of the grid right after
+// its row's loads are issued (FP4_PAD_SPREAD), so that the stores drain while the row is
+// reduced: consecutive threads take consecutive pieces, one coalesced run per warp, and no
+// CTA exists for padding alone (at M = 1 the 127 padding rows' CTAs, or clusters, were most
+// of the grid). `sf` is the swizzled buffer, `m` the call's rows.
+__device__ __forceinline__ void zero_swizzled_padding(u8* sf, i64 m, int t, i64 n) {
+    const int first = (int)(m & 127);  // rows of the last tile that are the call's
+    if (first == 0) return;
+    u8* tile = sf + (m >> 7) * (i64)(NK4 / 4) * 512;
+    const bool whole_v4 = FP4_VEC_ALIGNED && ((u64)sf & 15) == 0;
+    for (i64 q = t; q < PAD_UNITS; q += n) {
+        u8* at = tile + q * 16;
+        const int c = (int)(q & 31);
+        if (whole_v4 && c >= first) {
+            asm volatile("st.global.v4.u32 [%0], {%1,%1,%1,%1};" :: "l"(at), "r"(0u) : "memory");
+            continue;
+        }
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            if (c + 32 * g < first) continue;
 #if FP4_VEC_ALIGNED
-    const int words = (128 - first) * (NK4 / 4);
-    for (i64 w = t; w < words; w += n) {
-        const int r = first + (int)w / (NK4 / 4), k = (int)w % (NK4 / 4);
-        *reinterpret_cast<u32*>(tile + k * 512 + (r & 31) * 16 + (r >> 5) * 4) = 0u;
-    }
+            *reinterpret_cast<u32*>(at + 4 * g) = 0u;  // (the buffer is 4-byte aligned)
 #else
-    const int bytes = (128 - first) * NK4;
-    for (i64 i = t; i < bytes; i += n) {
-        const int r = first + (int)i / NK4, b = (int)i % NK4;
-        tile[(b >> 2) * 512 + (r & 31) * 16 + (r >> 5) * 4 + (b & 3)] = 0;
-    }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) at[4 * g + i] = 0;
 #endif
+        }
+    }
 }
 #endif
 
@@ -935,6 +942,12 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             }
         }
 
+#ifdef PAD_UNITS
+        // Only the grid's first PAD_UNITS threads hold a share.
+        if ((i64)blockIdx.x * blockDim.x < PAD_UNITS)
+            zero_swizzled_padding(p.sf_swizzled, p.m, (int)(blockIdx.x * blockDim.x + threadIdx.x),
+                                  (i64)gridDim.x * blockDim.x);
+#endif
 #if __CUDA_ARCH__ >= 900
         // This CTA's first loads are issued: let the next kernel (if launched with PDL) get
         // scheduled. It still waits for this grid's completion before it reads anything.
@@ -1074,16 +1087,10 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             for (int g = lane; g < NB; g += FP4_G) store_group_scale(p, row, g, 0u);
         }
 #endif
-#if FP4_SWIZZLED && !FP4_SWZ_SPLIT && !defined(FP4_SWZ_PAD_SPREAD)
+#if !defined(FP4_PAD_SPREAD) && FP4_SWIZZLED && !FP4_SWZ_SPLIT
         else if (row < p.rows_total && v0 == 0) {
             // Rows m..Mp of the last 128-row tile: scale padding, written as zero.
             for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
-        }
-#elif FP4_SWIZZLED && !FP4_SWZ_SPLIT
-        else if (row < p.rows_total) {
-            // A padding slot (row - m of rows_total - m): its share of the padding words.
-            zero_swizzled_padding(p.sf_swizzled, p.m, ((row - p.m) * FP4_C + at.rank) * FP4_G + lane,
-                                  (p.rows_total - p.m) * (FP4_C * FP4_G));
         }
 #endif
         if (any_undecided) {
