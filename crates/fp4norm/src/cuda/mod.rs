@@ -414,6 +414,13 @@ impl Gpu {
                 cfg.try_launch_shape(shape, &self.limits);
             }
         }
+        self.force_launch_shape(&mut cfg, forced);
+        cfg
+    }
+
+    /// The launch shape forced by FP4NORM_TUNE_SHAPE or `with_launch_shape` (`forced`),
+    /// where it fits `cfg`; a warning, once per process, where it does not.
+    fn force_launch_shape(&self, cfg: &mut KernelConfig, forced: Option<(u32, u32, u32)>) {
         if let Some(shape) = forced {
             if !cfg.try_launch_shape(shape, &self.limits) {
                 static WARNED: std::sync::atomic::AtomicBool =
@@ -421,13 +428,11 @@ impl Gpu {
                 if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     eprintln!(
                         "fp4norm: FP4NORM_TUNE_SHAPE {shape:?} does not fit H={} (block {}); the default shape runs",
-                        problem.h,
-                        problem.block()
+                        cfg.h, cfg.block
                     );
                 }
             }
         }
-        cfg
     }
 
     /// The kernel specialisation an FP8 call uses on this device (`scale_in_memory`: a
@@ -445,6 +450,9 @@ impl Gpu {
             cfg.hw_canonical_nan = false;
         }
         cfg.force_exact_sumsq = knobs::force_exact_sumsq();
+        // (The tuned table is the FP4 op's; a forced shape applies to every fused call.)
+        let forced = unpack_shape(self.tune_shape.load(std::sync::atomic::Ordering::Relaxed));
+        self.force_launch_shape(&mut cfg, forced);
         cfg
     }
 
