@@ -27,7 +27,7 @@
 //   FP4_HW_CANONICAL_NAN  the packed add/cvt already return 0x7FFF for NaN (no fix-up)
 //   FP4_WBIAS        (defined or not) a nonzero weight bias is added to every weight
 //   FP4_PAD_SPREAD   (defined or not) the swizzled padding rows of the last 128-row tile
-//                    zeroed by every thread of the grid after its row's loads, coalesced;
+//                    zeroed by every thread of the grid after its row, coalesced;
 //                    else by CTAs of their own
 //   FP4_SWZ_DEMOTE_TILES  (defined or not) kept swizzled words handed back to L2's normal
 //                    eviction this many 128-row tiles behind each row

@@ -797,12 +797,14 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float r
 // The last 128-row tile's swizzled scales in 16-byte pieces: each holds four blocks of
 // rows c, c + 32, c + 64 and c + 96 (c its index mod 32); those of rows past m are zero.
 #define PAD_UNITS ((NK4 / 4) * 32)
-// Share `t` of `n` of the padding, written as zero by every thread of the grid right after
-// its row's loads are issued (FP4_PAD_SPREAD), so that the stores drain while the row is
-// reduced: consecutive threads take consecutive pieces, one coalesced run per warp, and no
-// CTA exists for padding alone (at M = 1 the 127 padding rows' CTAs, or clusters, were most
-// of the grid). `sf` is the swizzled buffer, `m` the call's rows.
-__device__ __forceinline__ void zero_swizzled_padding(u8* sf, i64 m, int t, i64 n) {
+// Share `t` of `n` of the padding, written as zero by every thread of the grid after its
+// row (FP4_PAD_SPREAD): consecutive threads take consecutive pieces, one coalesced run per
+// warp, and no CTA exists for padding alone (at M = 1 the 127 padding rows' CTAs, or
+// clusters, were most of the grid). Not inlined, so that it runs on the registers the
+// row's work leaves (an inlined form failed the every-kernel compile check).
+__device__ __noinline__ void zero_swizzled_padding(const Fp4NormParams* pp, i64 t, i64 n) {
+    u8* const sf = pp->sf_swizzled;
+    const i64 m = pp->m;
     const int first = (int)(m & 127);  // rows of the last tile that are the call's
     if (first == 0) return;
     u8* tile = sf + (m >> 7) * (i64)(NK4 / 4) * 512;
@@ -942,12 +944,6 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             }
         }
 
-#ifdef PAD_UNITS
-        // Only the grid's first PAD_UNITS threads hold a share.
-        if ((i64)blockIdx.x * blockDim.x < PAD_UNITS)
-            zero_swizzled_padding(p.sf_swizzled, p.m, (int)(blockIdx.x * blockDim.x + threadIdx.x),
-                                  (i64)gridDim.x * blockDim.x);
-#endif
 #if __CUDA_ARCH__ >= 900
         // This CTA's first loads are issued: let the next kernel (if launched with PDL) get
         // scheduled. It still waits for this grid's completion before it reads anything.
@@ -1092,6 +1088,11 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             // Rows m..Mp of the last 128-row tile: scale padding, written as zero.
             for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
         }
+#endif
+#ifdef PAD_UNITS
+        // Only the grid's first PAD_UNITS threads hold a share; the others skip the call.
+        if ((i64)blockIdx.x * blockDim.x < PAD_UNITS)
+            zero_swizzled_padding(&p, (i64)blockIdx.x * blockDim.x + threadIdx.x, (i64)gridDim.x * blockDim.x);
 #endif
         if (any_undecided) {
             exact_sum_redo(&p, rstd, gs, live, mine_undecided);
