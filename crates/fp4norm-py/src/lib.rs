@@ -192,7 +192,7 @@ pub(crate) fn gpu(ordinal: usize) -> Result<Arc<Gpu>, Error> {
 #[pyfunction]
 #[pyo3(signature = (
     backend, device, stream, dtype, x, residual, weight, y_fp4, row_major, swizzled, y_out,
-    global_scale, eps, block_size, scale_format, enable_pdl=None, weight_bias=0.0
+    global_scale, eps, block_size, scale_format, enable_pdl=None, weight_bias=0.0, ranks=None
 ))]
 #[allow(clippy::too_many_arguments)] // the op's tensors, as in FlashInfer's signature
 fn fused(
@@ -214,8 +214,39 @@ fn fused(
     scale_format: String,
     enable_pdl: Option<bool>,
     weight_bias: f64,
+    ranks: Option<Vec<Mat>>,
 ) -> PyResult<()> {
     let be = self::backend(&backend, device, stream).map_err(to_py)?;
+    // The other ranks' inputs of a fused all-reduce (SPEC.md §9), ranks 1, 2, ... (`x` is
+    // rank 0's), each of `x`'s shape and row stride: the GPU kernel sums them; the host
+    // backends are handed the sum by the Python layer instead.
+    const RANK_NAMES: [&str; 7] = [
+        "inputs[1]",
+        "inputs[2]",
+        "inputs[3]",
+        "inputs[4]",
+        "inputs[5]",
+        "inputs[6]",
+        "inputs[7]",
+    ];
+    let ranks = ranks.unwrap_or_default();
+    if ranks.len() > RANK_NAMES.len() {
+        return Err(to_py(Error::Unsupported(format!(
+            "{} ranks: the fused all-reduce sums 2 to 8",
+            ranks.len() + 1
+        ))));
+    }
+    let ranks = ranks
+        .into_iter()
+        .zip(RANK_NAMES)
+        .map(|(m, name)| raw_mat(m, name))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(to_py)?;
+    if !ranks.is_empty() && !matches!(be, Backend::Cuda { .. }) {
+        return Err(to_py(Error::Unsupported(
+            "the other ranks' inputs are summed by the CUDA backend only".into(),
+        )));
+    }
     let scales = match (row_major, swizzled) {
         (Some(r), None) => ScaleOut::RowMajor(RawBuf::new(r.0, r.1)),
         (None, Some(s)) => ScaleOut::Swizzled(RawBuf::new(s.0, s.1)),
@@ -255,15 +286,17 @@ fn fused(
         // SAFETY: the Python layer passes live device tensors of `ordinal` and torch's
         // current stream of that device; launch_raw_with validates the call and checks
         // every pointer's device.
+        // With other ranks' inputs, launch_allreduce_raw checks each of them as well.
         Backend::Cuda { ordinal, stream } => unsafe {
-            gpu(ordinal)?.launch_raw_with(
-                stream as *mut _,
-                &call,
-                &LaunchOptions {
-                    pdl: enable_pdl,
-                    devices_checked: false,
-                },
-            )
+            let opts = LaunchOptions {
+                pdl: enable_pdl,
+                devices_checked: false,
+            };
+            if ranks.is_empty() {
+                gpu(ordinal)?.launch_raw_with(stream as *mut _, &call, &opts)
+            } else {
+                gpu(ordinal)?.launch_allreduce_raw(stream as *mut _, &call, &ranks, &opts)
+            }
         },
     })
     .map_err(to_py)

@@ -58,6 +58,7 @@ __all__ = [
     "add_rmsnorm_fp4quant",
     "rmsnorm_fp4quant",
     "dequantize",
+    "allreduce_add_rmsnorm_fp4quant",
     "rmsnorm_quant",
     "fused_add_rmsnorm_quant",
     "add_rmsnorm_fp8quant",
@@ -298,6 +299,53 @@ def rmsnorm_fp4quant(
         y_out,
         weight_bias,
     )
+
+
+def allreduce_add_rmsnorm_fp4quant(
+    inputs: Any,
+    residual: Array,
+    weight: Array,
+    y_fp4: Optional[Array] = None,
+    block_scale: Optional[Array] = None,
+    global_scale: Union[Array, float, None] = None,
+    eps: float = 1e-6,
+    block_size: int = 16,
+    scale_format: Optional[str] = None,
+    is_sf_swizzled_layout: bool = False,
+    output_both_sf_layouts: bool = False,
+    block_scale_unswizzled: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
+    y_out: Optional[Array] = None,
+    *,
+    weight_bias: Optional[float] = None,
+) -> Union[Tuple[Array, Array], Tuple[Array, Array, Array]]:
+    """The tensor-parallel all-reduce fused in front of :func:`add_rmsnorm_fp4quant`
+    (SPEC.md §9), over the ranks' inputs gathered on this device.
+
+    ``inputs`` is the list of every rank's input in rank order (1 to 8 on a GPU), each of
+    the shape and dtype of ``residual``; they are summed in float32 one addition at a time,
+    rounded once to the dtype, then the op runs on the sum with this rank's ``residual``
+    (updated in place to ``sum + residual``), ``weight`` and outputs. Every rank that calls
+    it with the same inputs writes the same bytes, the bytes of
+    :func:`fp4norm.reference.allreduce_add_rmsnorm_fp4quant`. On CUDA tensors one kernel
+    reads every rank's input (e.g. the rows of an all-gather) and does it all; on host
+    arrays the sum is taken first. :func:`fp4norm.distributed.allreduce_add_rmsnorm_fp4quant`
+    gathers the inputs over a process group and calls this. The other arguments are
+    :func:`add_rmsnorm_fp4quant`'s. A plain function, not yet a ``torch.ops`` operator:
+    ``torch.compile`` breaks its graph here, and it does not advance the version counters
+    of the tensors it writes.
+    """
+    inputs = _api.rank_inputs(inputs, 8)
+    first = inputs[0]
+    on_gpu = isinstance(first, _Tensor) and first.device.type == "cuda"
+    args = (
+        residual, weight, y_fp4, block_scale, global_scale, eps, block_size, scale_format,
+        is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled, enable_pdl,
+        y_out, weight_bias,
+    )
+    if on_gpu:
+        return _api.fused(first, *args, ranks=inputs[1:])
+    return _api.fused(_api.allreduce_sum(inputs), *args)
 
 
 def dequantize(

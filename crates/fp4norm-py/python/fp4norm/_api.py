@@ -517,9 +517,13 @@ def fused(
     y_out: Any,
     weight_bias: Any = None,
     backend: Optional[str] = None,
+    ranks: Any = None,
 ) -> Tuple[Any, ...]:
+    """The FP4 op; with ``ranks`` (the other ranks' inputs, on the GPU) the fused
+    all-reduce of SPEC.md §9, ``input`` being rank 0's."""
     x, x_rows, r_rows, w_buf = _row_inputs(input, residual, weight)
     _, m, h, _ = x_rows
+    rank_rows = [_rank_rows(x, a, k + 1) for k, a in enumerate(ranks or ())]
 
     block_size, fmt = _block_and_format(block_size, scale_format)
     eps = _eps(eps)
@@ -575,6 +579,7 @@ def fused(
         fmt,
         pdl,
         weight_bias,
+        rank_rows or None,
     )
     del gs_keep  # a temporary device scale is freed in stream order: safe
     if both:
@@ -923,16 +928,40 @@ def dequantize_fp8(
     return out
 
 
-def allreduce_sum(inputs: Any) -> Any:
-    """SPEC.md §9's reduction of host arrays: the ranks' inputs summed in rank order (one
-    float32 rounding per addition, one rounding to the dtype at the end), as a new array of
-    the first input's kind, dtype and shape."""
+def _rank_rows(x: _View, a: Any, k: int) -> Tuple[int, int, int, int]:
+    """The rows of rank ``k``'s input ``a`` of a fused all-reduce whose rank 0 is ``x``:
+    same place, dtype and shape, checked."""
+    v = _view(a, f"inputs[{k}]")
+    v.same_place(x)
+    if v.dt != x.dt:
+        raise ArgumentTypeError(
+            f"inputs[{k}] has dtype {_DTYPE_WORDS.get(v.dt, v.dt)} but inputs[0] is "
+            f"{_DTYPE_WORDS[x.dt]}: every rank's input must share one dtype"
+        )
+    if v.shape != x.shape:
+        raise ArgumentError(f"inputs[{k}] has shape {list(v.shape)} but inputs[0] has shape {list(x.shape)}")
+    return v.rows()
+
+
+def rank_inputs(inputs: Any, most: Optional[int] = None) -> Tuple[Any, ...]:
+    """``inputs`` (the ranks' arrays of an all-reduce, rank order), checked to be a
+    non-empty list or tuple (of at most ``most``)."""
     if not isinstance(inputs, (list, tuple)):
         raise ArgumentTypeError(
             f"inputs must be a list (or tuple) of the ranks' arrays, got {type(inputs).__name__}"
         )
     if len(inputs) == 0:
         raise ArgumentError("inputs is empty: the all-reduce needs the input of at least one rank")
+    if most is not None and len(inputs) > most:
+        raise ArgumentError(f"{len(inputs)} ranks: the fused all-reduce on a GPU sums 1 to {most}")
+    return tuple(inputs)
+
+
+def allreduce_sum(inputs: Any) -> Any:
+    """SPEC.md §9's reduction of host arrays: the ranks' inputs summed in rank order (one
+    float32 rounding per addition, one rounding to the dtype at the end), as a new array of
+    the first input's kind, dtype and shape."""
+    inputs = rank_inputs(inputs)
     views = [_view(a, "inputs[0]" if k == 0 else f"inputs[{k}]") for k, a in enumerate(inputs)]
     first = views[0]
     if first.device != "cpu":

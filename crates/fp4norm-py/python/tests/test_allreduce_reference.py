@@ -70,3 +70,20 @@ def test_bad_inputs():
     with pytest.raises(fp4norm.ArgumentTypeError):
         reference.allreduce_add_rmsnorm_fp4quant(x, r, w)
     assert np.all(r == 0)
+
+
+@pytest.mark.parametrize("w", [1, 3, 8])
+def test_op_on_host_arrays_is_the_reference(w):
+    # fp4norm.allreduce_add_rmsnorm_fp4quant on host arrays (the CPU backend on the sum).
+    dt = np_dtype("bf16")
+    rng = np.random.default_rng(w)
+    ranks = [rng.standard_normal((5, 128)).astype(dt) for _ in range(w)]
+    weight = (1 + 0.1 * rng.standard_normal(128)).astype(dt)
+    r0 = rng.standard_normal((5, 128)).astype(dt)
+    r1, r2 = r0.copy(), r0.copy()
+    got = fp4norm.allreduce_add_rmsnorm_fp4quant(ranks, r1, weight, is_sf_swizzled_layout=True)
+    want = reference.allreduce_add_rmsnorm_fp4quant(ranks, r2, weight, is_sf_swizzled_layout=True)
+    assert all(same_bytes(a, b) for a, b in zip(got, want))
+    assert same_bytes(r1, r2)
+    with pytest.raises(fp4norm.ArgumentError, match="1 to 8"):
+        fp4norm.allreduce_add_rmsnorm_fp4quant(ranks * 9, r1, weight)
