@@ -220,17 +220,8 @@ fn fused(
     // The other ranks' inputs of a fused all-reduce (SPEC.md §9), ranks 1, 2, ... (`x` is
     // rank 0's), each of `x`'s shape and row stride: the GPU kernel sums them; the host
     // backends are handed the sum by the Python layer instead.
-    const RANK_NAMES: [&str; 7] = [
-        "inputs[1]",
-        "inputs[2]",
-        "inputs[3]",
-        "inputs[4]",
-        "inputs[5]",
-        "inputs[6]",
-        "inputs[7]",
-    ];
     let ranks = ranks.unwrap_or_default();
-    if ranks.len() > RANK_NAMES.len() {
+    if ranks.len() > fp4norm::raw::RANK_INPUT_NAMES.len() {
         return Err(to_py(Error::Unsupported(format!(
             "{} ranks: the fused all-reduce sums 2 to 8",
             ranks.len() + 1
@@ -238,7 +229,7 @@ fn fused(
     }
     let ranks = ranks
         .into_iter()
-        .zip(RANK_NAMES)
+        .zip(fp4norm::raw::RANK_INPUT_NAMES)
         .map(|(m, name)| raw_mat(m, name))
         .collect::<Result<Vec<_>, _>>()
         .map_err(to_py)?;

@@ -15,6 +15,18 @@ use crate::{
     Problem, ScaleFormat, ScaleIn, ScaleOut,
 };
 
+/// The names errors give the other ranks' inputs of a fused all-reduce (SPEC.md §9): ranks
+/// 1 to 7, after `x` (rank 0, "input"); its length bounds their count.
+pub const RANK_INPUT_NAMES: [&str; 7] = [
+    "inputs[1]",
+    "inputs[2]",
+    "inputs[3]",
+    "inputs[4]",
+    "inputs[5]",
+    "inputs[6]",
+    "inputs[7]",
+];
+
 /// A matrix by address: `rows × cols` elements of the call's dtype, row `i` starting at
 /// element `i · row_stride`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

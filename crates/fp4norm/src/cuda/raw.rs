@@ -8,7 +8,9 @@ use cudarc::driver::sys;
 use super::kernel::{self, GsMode, KernelConfig, KernelKind};
 use super::Gpu;
 use crate::layout::{swizzled_col_tiles, swizzled_rows, ScaleLayout};
-use crate::raw::{check_overlaps, Checked, Range, RawCall, RawDequant, RawGlobalScale, RawMat};
+use crate::raw::{
+    check_overlaps, Checked, Range, RawCall, RawDequant, RawGlobalScale, RawMat, RANK_INPUT_NAMES,
+};
 use crate::{Error, ScaleFormat, ScaleOut};
 
 /// How one raw call is launched.
@@ -234,16 +236,7 @@ pub(crate) unsafe fn launch_fused(
 /// The ranks after the first of an all-reduce call (SPEC.md §9): each like `c.x` (shape and
 /// stride), read only; their byte ranges join the call's for the overlap and device checks.
 fn check_rank_inputs(c: &RawCall, more: &[RawMat], checked: &mut Checked) -> Result<(), Error> {
-    const NAMES: [&str; 7] = [
-        "inputs[1]",
-        "inputs[2]",
-        "inputs[3]",
-        "inputs[4]",
-        "inputs[5]",
-        "inputs[6]",
-        "inputs[7]",
-    ];
-    if more.len() + 1 > 8 {
+    if more.len() > RANK_INPUT_NAMES.len() {
         return Err(Error::Unsupported(format!(
             "{} ranks: the fused all-reduce sums 2 to 8",
             more.len() + 1
@@ -256,7 +249,7 @@ fn check_rank_inputs(c: &RawCall, more: &[RawMat], checked: &mut Checked) -> Res
         ));
     }
     let e = c.dtype.size();
-    for (x, name) in more.iter().zip(NAMES) {
+    for (x, name) in more.iter().zip(RANK_INPUT_NAMES) {
         if x.row_stride != c.x.row_stride && x.rows > 1 {
             return Err(Error::Unsupported(format!(
                 "{name}: row stride {} differs from inputs[0]'s {}; the ranks' inputs share one stride",
