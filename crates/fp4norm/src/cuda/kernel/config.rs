@@ -540,4 +540,51 @@ mod tests {
         // The element-wise fallback (unaligned rows) is never bounded.
         assert_eq!(shaped((512, 1, 1), false).min_ctas_per_sm(), 1);
     }
+
+    fn fp8_config(m: usize, h: usize, opts: &crate::fp8::Fp8Options) -> KernelConfig {
+        let p = crate::fp8::Fp8Problem::new(m, h, DType::BF16, opts).expect("valid");
+        KernelConfig::fp8(&p, false, true, &H200)
+    }
+
+    #[test]
+    fn padding_rows_are_spread_only_for_direct_swizzled_writes() {
+        if std::env::var_os("FP4NORM_PAD_SPREAD").is_some() {
+            return; // the knob overrides the rule
+        }
+        use crate::fp8::{Fp8Element, Fp8Group, Fp8Options, Fp8ScaleFormat, Fp8ScaleLayout};
+        let fp4 = |layout| {
+            let p = Problem::new(1, 4096, DType::BF16, layout, &crate::Options::nvfp4())
+                .expect("valid");
+            KernelConfig::fused(&p, GsMode::Uniform, true, false, &H200).pad_spread
+        };
+        assert!(fp4(crate::ScaleLayout::Swizzled));
+        assert!(fp4(crate::ScaleLayout::Both));
+        assert!(!fp4(crate::ScaleLayout::RowMajor));
+        assert!(fp8_config(1, 4096, &Fp8Options::mxfp8()).pad_spread);
+        let g128 = Fp8Options::dynamic(
+            Fp8Element::E4M3,
+            Fp8Group::G128,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        assert!(!fp8_config(1, 4096, &g128).pad_spread); // its padding rows keep their CTAs
+        assert!(!fp8_config(1, 4096, &Fp8Options::per_token(Fp8Element::E4M3)).pad_spread);
+    }
+
+    #[test]
+    fn a_forced_shape_fits_per_token_rows_by_vectors_and_their_barrier_limit() {
+        let opts = crate::fp8::Fp8Options::per_token(crate::fp8::Fp8Element::E4M3);
+        let mut cfg = fp8_config(1, 4096, &opts);
+        // 512 vectors over a cluster of 4: a group of H elements, split by vectors.
+        assert!(cfg.try_launch_shape((128, 1, 4), &H200));
+        assert_eq!(
+            (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster),
+            (128, 1, 4)
+        );
+        // Rows of several warps meet at one named barrier each: 15 rows per CTA at most.
+        let mut cfg = fp8_config(4096, 4096, &opts);
+        assert!(cfg.try_launch_shape((64, 15, 1), &H200));
+        assert!(!cfg.try_launch_shape((64, 16, 1), &H200));
+        assert!(cfg.try_launch_shape((32, 16, 1), &H200)); // one warp per row: shuffles only
+    }
 }
