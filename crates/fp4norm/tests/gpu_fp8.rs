@@ -78,6 +78,12 @@ fn host_case<T: Element>(c: &Fp8Case, rng: &mut rand::rngs::StdRng) -> Host<T> {
             _ => T::round_from_f32(rng.random_range(-2.0f32..2.0)),
         })
         .collect();
+    with_reference(c, x, r, w)
+}
+
+/// The reference's outputs of case `c` on inputs `x`, `r`, `w`.
+fn with_reference<T: Element>(c: &Fp8Case, x: Vec<T>, r: Vec<T>, w: Vec<T>) -> Host<T> {
+    let (m, h) = (c.m, c.h);
     let p = c.problem();
     let mut r_out = r.clone();
     let mut q = vec![0u8; p.q_len()];
@@ -148,7 +154,16 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
     c: &Fp8Case,
     rng: &mut rand::rngs::StdRng,
 ) -> Result<(), String> {
-    let hc = host_case::<T>(c, rng);
+    check_on_gpu(g, stream, c, &host_case::<T>(c, rng))
+}
+
+/// Case `c` on the GPU, over poisoned outputs, against the reference's bytes `hc`.
+fn check_on_gpu<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    stream: &Arc<CudaStream>,
+    c: &Fp8Case,
+    hc: &Host<T>,
+) -> Result<(), String> {
     let p = c.problem();
     let (m, h) = (c.m, c.h);
     // Unaligned views start one element (and the codes one byte, the scales one element)
@@ -276,6 +291,283 @@ fn gpu_fp8_literal_codecs_path() {
     }
     let failures = run_cases(&g, &cases, 0xf8117);
     report("FP8 literal path", cases.len(), &failures);
+}
+
+/// |y_i| of a row (SPEC.md §8, y = RN32(RN32(h rstd) w')) from its h and the call's weights.
+fn row_abs_y<T: Element>(h_row: &[T], w: &[T], o: &fp8::Fp8Options) -> Vec<f32> {
+    let hf: Vec<f32> = h_row.iter().map(|v| v.to_f32()).collect();
+    let ss = fp4norm::sumsq::exact_sum_of_squares(hf.iter().copied());
+    let rstd = fp4norm::sumsq::rstd_of_sum(ss, hf.len(), o.eps);
+    hf.iter()
+        .zip(w)
+        .map(|(&h, w)| {
+            let wp = if o.weight_bias == 0.0 {
+                w.to_f32()
+            } else {
+                w.to_f32() + o.weight_bias
+            };
+            (h * rstd * wp).abs()
+        })
+        .collect()
+}
+
+/// Per-token rows whose largest |h w'| is not, or not alone, their largest |y|: exact ties
+/// of |h w'| between elements whose |y| differ (in one vector, and in different CTAs of a
+/// cluster; over the rows both orders occur), and weights beyond 2^24 with a subnormal h
+/// rstd, where the rounding of h rstd overturns the order. A kernel that found the amax
+/// from pass 1's |h w'| (one reduction instead of two: measured slower, docs/fp8-kernels.md)
+/// would have to refuse these rows. The launch shapes of per-token rows (clusters
+/// of 2 to 8 CTAs, one CTA of many warps, several rows per CTA), both dtypes, f32 scales
+/// row- and column-major and UE8M0 scales, weight bias 0 and 1; byte for byte against the
+/// reference over poisoned outputs.
+#[test]
+fn gpu_fp8_per_token_amax_where_the_largest_h_w_is_not_the_largest_y() {
+    let g = require_gpu!("gpu_fp8_per_token_amax_where_the_largest_h_w_is_not_the_largest_y");
+    let stream = g.context().new_stream().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x7e4);
+    use fp8::{Fp8Element, Fp8Group, Fp8ScaleLayout};
+    let f32_scales = |layout| {
+        fp8::Fp8Options::dynamic(
+            Fp8Element::E4M3,
+            Fp8Group::PerToken,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            layout,
+        )
+    };
+    let variants = [
+        f32_scales(Fp8ScaleLayout::RowMajor),
+        f32_scales(Fp8ScaleLayout::RowMajor).with_weight_bias(1.0),
+        f32_scales(Fp8ScaleLayout::ColumnMajor),
+        fp8::Fp8Options::dynamic(
+            Fp8Element::E4M3,
+            Fp8Group::PerToken,
+            Fp8ScaleFormat::UE8M0,
+            Fp8ScaleLayout::RowMajor,
+        ),
+    ];
+    // Tie rows where the element of weight 5 has the larger |y|, the smaller; huge-weight
+    // rows whose largest |h w'| is not their largest |y|.
+    let (mut orders, mut overturned) = ([0usize; 2], 0usize);
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for (m, h) in [
+        (16usize, 8192usize),
+        (64, 4096),
+        (100, 8192),
+        (300, 1024),
+        (1024, 2048),
+        (1024, 8192),
+        (256, 16384),
+    ] {
+        for dtype in [DType::BF16, DType::F16] {
+            for (vi, base) in variants.iter().enumerate() {
+                let case = |options| Fp8Case {
+                    dtype,
+                    m,
+                    h,
+                    options,
+                    residual: true,
+                    y_out: vi == 0,
+                    scale_in_memory: false,
+                    misaligned: false,
+                    special: false,
+                };
+                let c = case(*base);
+                // The tie rows: weight 5 at P1 and P2, 3 at Q1 and Q2 (P1, Q1 in one vector,
+                // P2, Q2 at the row's two ends); row kinds 1 and 2 put h = 3 at P and 5 at Q,
+                // so |h w'| = 15 twice; kind 0 is random.
+                let bias = base.weight_bias;
+                let (p1, q1, p2, q2) = (8usize, 9usize, 16usize, h - 1);
+                let small = |rng: &mut rand::rngs::StdRng| rng.random_range(-1.0f32..1.0);
+                let w: Vec<f32> = (0..h)
+                    .map(|i| {
+                        if i == p1 || i == p2 {
+                            5.0 - bias
+                        } else if i == q1 || i == q2 {
+                            3.0 - bias
+                        } else {
+                            rng.random_range(-2.0f32..2.0) - bias
+                        }
+                    })
+                    .collect();
+                let mut x: Vec<f32> = (0..m * h).map(|_| small(&mut rng)).collect();
+                let mut r: Vec<f32> = (0..m * h).map(|_| small(&mut rng)).collect();
+                for row in 0..m {
+                    let (p, q) = match row % 3 {
+                        1 => (p1, q1),
+                        2 => (p2, q2),
+                        _ => continue,
+                    };
+                    for (i, v) in [(p, 3.0f32), (q, 5.0)] {
+                        x[row * h + i] = v;
+                        r[row * h + i] = 0.0;
+                    }
+                }
+                let conv = |v: &[f32]| -> Vec<u16> {
+                    v.iter()
+                        .map(|&f| match dtype {
+                            DType::BF16 => bf16::from_f32(f).to_bits(),
+                            DType::F16 => f16::from_f32(f).to_bits(),
+                        })
+                        .collect()
+                };
+                let (xb, rb, wb) = (conv(&x), conv(&r), conv(&w));
+                let res = match dtype {
+                    DType::BF16 => tie_rows::<bf16>(
+                        g,
+                        &stream,
+                        &c,
+                        &xb,
+                        &rb,
+                        &wb,
+                        (p1, q1, p2, q2),
+                        &mut orders,
+                    ),
+                    DType::F16 => tie_rows::<f16>(
+                        g,
+                        &stream,
+                        &c,
+                        &xb,
+                        &rb,
+                        &wb,
+                        (p1, q1, p2, q2),
+                        &mut orders,
+                    ),
+                };
+                n += 1;
+                if let Err(e) = res {
+                    failures.push(format!("ties {c:?}: {e}"));
+                }
+                // The huge-weight rows (bf16; f16 weights stop at 65504, so there the bias
+                // 2^30 makes every w' huge): eps = 1e30 puts h rstd near 1e-15, so h = 2^-97 u
+                // with w' = 2^117 lands subnormal, rounded by up to a quarter, beside
+                // h = 2^20 v with w' = 1.
+                let (huge_opts, wj, hk, hj) = match dtype {
+                    DType::BF16 => (
+                        base.with_eps(1e30),
+                        2f32.powi(117),
+                        2f32.powi(20),
+                        2f32.powi(-97),
+                    ),
+                    DType::F16 => (
+                        base.with_eps(1e30).with_weight_bias(2f32.powi(30)),
+                        1.0,
+                        1000.0,
+                        1.0,
+                    ),
+                };
+                let ch = case(huge_opts);
+                let (k, j) = (0usize, h - 1);
+                let mut w2 = w.clone();
+                w2[k] = 1.0;
+                w2[j] = wj;
+                for row in 0..m {
+                    x[row * h + k] = hk * rng.random_range(1.0f32..2.0);
+                    x[row * h + j] = hj * rng.random_range(1.0f32..2.0);
+                    r[row * h + k] = 0.0;
+                    r[row * h + j] = 0.0;
+                }
+                let (xb, rb, wb) = (conv(&x), conv(&r), conv(&w2));
+                let res = match dtype {
+                    DType::BF16 => {
+                        huge_rows::<bf16>(g, &stream, &ch, &xb, &rb, &wb, &mut overturned)
+                    }
+                    DType::F16 => huge_rows::<f16>(g, &stream, &ch, &xb, &rb, &wb, &mut overturned),
+                };
+                n += 1;
+                if let Err(e) = res {
+                    failures.push(format!("huge weights {ch:?}: {e}"));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "per-token amax: tie rows with the weight-5 element larger {}, smaller {}; huge-weight rows overturned {overturned}",
+        orders[0], orders[1]
+    );
+    // The data must be able to catch a kernel that took the largest |h w'| for the amax.
+    assert!(
+        orders[0] > 0 && orders[1] > 0,
+        "the tie rows need both orders: {orders:?}"
+    );
+    assert!(
+        overturned > 0,
+        "no huge-weight row has a larger |y| than that of its largest |h w'|"
+    );
+    report("FP8 per-token amax, ties and overturned rows", n, &failures);
+}
+
+fn from_bits<T: Element>(v: &[u16]) -> Vec<T> {
+    v.iter().map(|&b| T::from_bits(b)).collect()
+}
+
+/// The residual after the add: what pass 1 normalises.
+fn h_of<T: Element>(x: &[T], r: &[T]) -> Vec<T> {
+    x.iter()
+        .zip(r)
+        .map(|(a, b)| T::round_from_f32(a.to_f32() + b.to_f32()))
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tie_rows<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    stream: &Arc<CudaStream>,
+    c: &Fp8Case,
+    x: &[u16],
+    r: &[u16],
+    w: &[u16],
+    (p1, q1, p2, q2): (usize, usize, usize, usize),
+    orders: &mut [usize; 2],
+) -> Result<(), String> {
+    let (x, r, w) = (from_bits::<T>(x), from_bits::<T>(r), from_bits::<T>(w));
+    let hh = h_of(&x, &r);
+    for row in 0..c.m {
+        let (p, q) = match row % 3 {
+            1 => (p1, q1),
+            2 => (p2, q2),
+            _ => continue,
+        };
+        let y = row_abs_y(&hh[row * c.h..(row + 1) * c.h], &w, &c.options);
+        if y[p] > y[q] {
+            orders[0] += 1;
+        } else if y[p] < y[q] {
+            orders[1] += 1;
+        }
+    }
+    check_on_gpu(g, stream, c, &with_reference(c, x, r, w))
+}
+
+fn huge_rows<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    stream: &Arc<CudaStream>,
+    c: &Fp8Case,
+    x: &[u16],
+    r: &[u16],
+    w: &[u16],
+    overturned: &mut usize,
+) -> Result<(), String> {
+    let (x, r, w) = (from_bits::<T>(x), from_bits::<T>(r), from_bits::<T>(w));
+    let hh = h_of(&x, &r);
+    let o = &c.options;
+    for row in 0..c.m {
+        let hr = &hh[row * c.h..(row + 1) * c.h];
+        let y = row_abs_y(hr, &w, o);
+        let a = |i: usize| {
+            let wp = if o.weight_bias == 0.0 {
+                w[i].to_f32()
+            } else {
+                w[i].to_f32() + o.weight_bias
+            };
+            (hr[i].to_f32() * wp).abs()
+        };
+        let top = (0..c.h).max_by(|&i, &j| a(i).total_cmp(&a(j))).unwrap();
+        let amax = y.iter().copied().fold(0.0f32, f32::max);
+        if y[top] != amax {
+            *overturned += 1;
+        }
+    }
+    check_on_gpu(g, stream, c, &with_reference(c, x, r, w))
 }
 
 /// A per-tensor scale read from device memory: a captured graph replayed with new scale
