@@ -247,7 +247,7 @@ if [[ " $modes " == *" ncu "* ]]; then
       [ -z "$m" ] && continue
       echo "NCU $m $h $layout $fmt ${variant:-default}" | tee -a "$out/ncu.log"
       ( [ -n "$variant" ] && export FP4NORM_KERNEL_SOURCE=$variant
-        timeout 120 "$ncu_bin" --kernel-name "${NCU_KERNEL:-fp4norm_fused}" --launch-skip 5 --launch-count "${NCU_COUNT:-1}" --metrics "$metrics" \
+        timeout 120 "$ncu_bin" --clock-control none --kernel-name "${NCU_KERNEL:-fp4norm_fused}" --launch-skip 5 --launch-count "${NCU_COUNT:-1}" --metrics "$metrics" \
           "$bin/fp4norm" bench --device cuda --m "$m" --h "$h" --layout "$layout" --format "$fmt" --reps 5 --warmup 3 --no-check --copy-mib 64 2>&1 ) \
         | grep -E "^ +[a-z_]+__|ERR|rror" | tee -a "$out/ncu.log"
     done <<< "${NCU_SHAPES:-16384 4096 row-major nvfp4
