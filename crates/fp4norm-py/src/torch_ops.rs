@@ -14,7 +14,8 @@
 //! Stack conventions (PyTorch ≥ 2.10, `torch/csrc/shim_common.cpp`): a Tensor argument is
 //! an owning tensor handle; an optional argument is null or a heap box holding the value,
 //! freed by the kernel; a `str` is an owning string handle; outputs are owning handles
-//! that PyTorch takes over.
+//! that PyTorch takes over; a `Tensor[]` is an owning list handle whose items are owning
+//! tensor handles (the kernel frees the list and each tensor).
 
 use std::ffi::{c_char, c_void, CString};
 use std::sync::OnceLock;
@@ -84,6 +85,9 @@ api! {
     string_length: "torch_string_length" => fn(*mut c_void, *mut usize) -> Status;
     string_c_str: "torch_string_c_str" => fn(*mut c_void, *mut *const c_char) -> Status;
     delete_string: "torch_delete_string" => fn(*mut c_void) -> Status;
+    list_size: "torch_list_size" => fn(*mut c_void, *mut usize) -> Status;
+    list_get_item: "torch_list_get_item" => fn(*mut c_void, usize, *mut u64) -> Status;
+    delete_list: "torch_delete_list" => fn(*mut c_void) -> Status;
     create_device_guard: "aoti_torch_create_device_guard" => fn(i32, *mut *mut c_void) -> Status;
     delete_device_guard: "aoti_torch_delete_device_guard" => fn(*mut c_void) -> Status;
     library_init_impl: "aoti_torch_library_init_impl" =>
@@ -241,7 +245,7 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
         if status != 0 || lib.is_null() {
             return Err(format!("registering the fp4norm {key} kernels failed"));
         }
-        let kernels: [(&str, extern "C-unwind" fn(*mut u64, u64, u64)); 13] = [
+        let kernels: [(&str, extern "C-unwind" fn(*mut u64, u64, u64)); 16] = [
             ("add_rmsnorm_fp4quant", boxed_add),
             ("add_rmsnorm_fp4quant.both", boxed_add_both),
             ("add_rmsnorm_fp4quant.out", boxed_add_out),
@@ -255,6 +259,9 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
             ("add_rmsnorm_fp8quant.out", boxed_add_fp8_out),
             ("rmsnorm_fp8quant", boxed_rms_fp8),
             ("rmsnorm_fp8quant.out", boxed_rms_fp8_out),
+            ("allreduce_add_rmsnorm_fp4quant", boxed_allreduce),
+            ("allreduce_add_rmsnorm_fp4quant.both", boxed_allreduce_both),
+            ("allreduce_add_rmsnorm_fp4quant.out", boxed_allreduce_out),
         ];
         for (name, f) in kernels {
             let cname = CString::new(name).expect("no NUL");
@@ -388,6 +395,34 @@ impl Stack {
     /// A `str` (freeing its string handle).
     fn string(&self, i: usize) -> Result<String, Fail> {
         take_string(self.slot(i) as *mut c_void)
+    }
+
+    /// A `Tensor[]`: its tensors, owned (the list handle is freed here).
+    fn tensor_list(&self, i: usize) -> Result<Vec<Tensor>, Fail> {
+        let api = &torch().api;
+        let list = self.slot(i) as *mut c_void;
+        let mut n = 0usize;
+        // SAFETY: an owning list handle of this call's stack; read, then freed once below.
+        let sized = status(unsafe { (api.list_size)(list, &mut n) }, "reading a list");
+        let mut tensors = Vec::with_capacity(n);
+        let mut read = sized;
+        if read.is_ok() {
+            for k in 0..n {
+                let mut item = 0u64;
+                // SAFETY: an index below the list's size; the item is an owning tensor handle.
+                read = status(
+                    unsafe { (api.list_get_item)(list, k, &mut item) },
+                    "reading a list",
+                );
+                if read.is_err() {
+                    break;
+                }
+                tensors.push(Tensor(item as Handle));
+            }
+        }
+        // SAFETY: the list handle, freed once (its items are owned by `tensors` now).
+        unsafe { (api.delete_list)(list) };
+        read.map(|()| tensors)
     }
 }
 
@@ -795,13 +830,14 @@ struct Rows {
 }
 
 fn read_rows(
+    input_name: &'static str,
     input: &Tensor,
     residual: Option<&Tensor>,
     weight: &Tensor,
     y_out: Option<&Tensor>,
 ) -> Result<Rows, Fail> {
     let c = &torch().codes;
-    let x = Meta::read("input", input)?;
+    let x = Meta::read(input_name, input)?;
     x.need_dtype(&[c.bf16, c.f16])?;
     let place = Place::of(&x)?;
     x.check_storage()?;
@@ -874,6 +910,9 @@ struct FusedTensors {
     y_out: Option<Tensor>,
     /// Preallocated outputs (`.out`): y_fp4, block_scale, block_scale_unswizzled.
     outputs: Option<(Tensor, Tensor, Option<Tensor>)>,
+    /// A fused all-reduce (SPEC.md §9): `input` is rank 0's input, `ranks` the others'.
+    all_reduce: bool,
+    ranks: Vec<Tensor>,
 }
 
 /// Checks the tensors' dtypes, devices and views and runs the call; with `alloc`, first
@@ -889,8 +928,36 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
         residual,
         weight,
         y_out,
-    } = read_rows(&t.input, t.residual.as_ref(), &t.weight, t.y_out.as_ref())?;
+    } = read_rows(
+        if t.all_reduce { "inputs[0]" } else { "input" },
+        &t.input,
+        t.residual.as_ref(),
+        &t.weight,
+        t.y_out.as_ref(),
+    )?;
     let (m, h) = (x_rows.rows, x_rows.cols);
+    // The other ranks' inputs of a fused all-reduce (SPEC.md §9): input's dtype, device and
+    // shape each; their row strides and overlaps are the validator's.
+    let mut rank_rows = Vec::with_capacity(t.ranks.len());
+    for (r, name) in t.ranks.iter().zip(fp4norm::raw::RANK_INPUT_NAMES) {
+        let meta = Meta::read(name, r)?;
+        place.check(&meta, &x)?;
+        if meta.dtype != x.dtype {
+            return Err(Fail::Type(format!(
+                "{name} has dtype {} but inputs[0] is {}: every rank's input must share one dtype",
+                meta.dtype_name(),
+                x.dtype_name()
+            )));
+        }
+        if meta.shape() != x.shape() {
+            return value(format!(
+                "{name} has shape {:?} but inputs[0] has shape {:?}",
+                meta.shape(),
+                x.shape()
+            ));
+        }
+        rank_rows.push(meta.rows()?);
+    }
     let global_scale = match &t.global_scale {
         Some(g) => {
             let meta = Meta::read("global_scale", g)?;
@@ -993,14 +1060,68 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
     match place {
         // SAFETY: every address and extent comes from a live CPU tensor of this call;
         // run_host validates the call before touching them.
-        Place::Cpu => unsafe { run_host(&call, HostEngine::Cpu)? },
+        Place::Cpu if rank_rows.is_empty() => unsafe { run_host(&call, HostEngine::Cpu)? },
+        Place::Cpu => {
+            // On the host the ranks' sum comes first (SPEC.md §9), then the op on it.
+            // SAFETY: the ranks' rows are live CPU tensors of this call (their metadata).
+            let sum = unsafe { host_rank_sum(dtype, x_rows, &rank_rows)? };
+            let call = RawCall {
+                x: RawMat::contiguous(sum.as_ptr() as u64, m, h),
+                ..call
+            };
+            // SAFETY: as above; `sum` is a fresh buffer of M·H elements, alive until here.
+            unsafe { run_host(&call, HostEngine::Cpu)? }
+        }
         Place::Cuda(index) => launch_cuda(index, args.enable_pdl, |gpu, stream, opts| {
             // SAFETY: live CUDA tensors of device `index` (their metadata says so) and
             // PyTorch's current stream of that device; validated before launching.
-            unsafe { gpu.launch_raw_with(stream, &call, opts) }
+            unsafe {
+                if t.all_reduce {
+                    gpu.launch_allreduce_raw(stream, &call, &rank_rows, opts)
+                } else {
+                    gpu.launch_raw_with(stream, &call, opts)
+                }
+            }
         })?,
     }
     Ok(allocated)
+}
+
+/// SPEC.md §9's sum, in rank order, of host rows (`first`, then `more`, each `[M, H]` of
+/// `dtype`), as a new contiguous buffer of their element bits.
+///
+/// # Safety
+/// Each matrix must address live host memory of its extent.
+unsafe fn host_rank_sum(dtype: DType, first: RawMat, more: &[RawMat]) -> Result<Vec<u16>, Error> {
+    unsafe fn sum<T: fp4norm::Element>(mats: &[RawMat]) -> Result<Vec<u16>, Error> {
+        let views = mats
+            .iter()
+            .zip(std::iter::once("inputs[0]").chain(fp4norm::raw::RANK_INPUT_NAMES))
+            .map(|(m, name)| {
+                let len = m.extent(name)?;
+                // SAFETY: the caller's guarantee (len 0: no access).
+                let data: &[T] = if len == 0 {
+                    &[]
+                } else {
+                    unsafe { std::slice::from_raw_parts(m.ptr as usize as *const T, len) }
+                };
+                fp4norm::MatRef::with_stride(data, m.rows, m.cols, m.row_stride)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(fp4norm::reference::allreduce_sum(&views)?
+            .into_iter()
+            .map(|v| v.to_bits())
+            .collect())
+    }
+    let mut mats = vec![first];
+    mats.extend_from_slice(more);
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        match dtype {
+            DType::BF16 => sum::<fp4norm::bf16>(&mats),
+            DType::F16 => sum::<fp4norm::f16>(&mats),
+        }
+    }
 }
 
 /// Runs `launch` on device `index` with PyTorch's current stream, the device made current
@@ -1063,8 +1184,16 @@ fn op_args(s: &Stack, first: usize) -> Result<OpArgs, Fail> {
 /// block_scale_unswizzled)`.
 ///
 /// Schema (with residual): input, residual(a!), weight, global_scale?, eps, block_size,
-/// scale_format?, is_sf_swizzled_layout, y_out(b!)?, enable_pdl?, weight_bias.
-fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, both: bool) {
+/// scale_format?, is_sf_swizzled_layout, y_out(b!)?, enable_pdl?, weight_bias. The fused
+/// all-reduce's (`all_reduce`) has `Tensor[] inputs` in input's place.
+fn functional(
+    stack: *mut u64,
+    n_args: u64,
+    n_out: u64,
+    with_residual: bool,
+    both: bool,
+    all_reduce: bool,
+) {
     run_boxed(|| {
         let mut s = Stack {
             slots: stack,
@@ -1072,13 +1201,19 @@ fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, bot
         };
         let r = with_residual as usize;
         // Every argument is taken off the stack first, so that all are released on any path.
+        let list = all_reduce.then(|| s.tensor_list(0));
+        let (residual, weight) = (with_residual.then(|| s.tensor(1)), s.tensor(1 + r));
+        let (global_scale, y_out) = (s.optional_tensor(2 + r), s.optional_tensor(7 + r));
+        let (input, ranks) = split_inputs(&s, list)?;
         let tensors = FusedTensors {
-            input: s.tensor(0),
-            residual: with_residual.then(|| s.tensor(1)),
-            weight: s.tensor(1 + r),
-            global_scale: s.optional_tensor(2 + r),
-            y_out: s.optional_tensor(7 + r),
+            input,
+            residual,
+            weight,
+            global_scale,
+            y_out,
             outputs: None,
+            all_reduce,
+            ranks,
         };
         let enable_pdl = s.optional_bool(8 + r);
         let mut args = op_args(&s, 3 + r)?;
@@ -1093,27 +1228,60 @@ fn functional(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, bot
     })
 }
 
+/// The call's input: argument 0, or (`list`, a fused all-reduce's `Tensor[] inputs`) rank
+/// 0's input and the other ranks' (1 to 8 in all).
+fn split_inputs(
+    s: &Stack,
+    list: Option<Result<Vec<Tensor>, Fail>>,
+) -> Result<(Tensor, Vec<Tensor>), Fail> {
+    let Some(list) = list else {
+        return Ok((s.tensor(0), Vec::new()));
+    };
+    let mut inputs = list?;
+    if inputs.is_empty() {
+        return value(
+            "inputs is empty: the all-reduce needs the input of at least one rank".into(),
+        );
+    }
+    if inputs.len() > fp4norm::raw::RANK_INPUT_NAMES.len() + 1 {
+        return value(format!(
+            "{} ranks: the fused all-reduce sums 1 to {}",
+            inputs.len(),
+            fp4norm::raw::RANK_INPUT_NAMES.len() + 1
+        ));
+    }
+    let first = inputs.remove(0);
+    Ok((first, inputs))
+}
+
 /// `fp4norm::add_rmsnorm_fp4quant.out` / `rmsnorm_fp4quant.out`: writes preallocated outputs.
 ///
 /// Schema (with residual): input, residual(a!), weight, y_fp4(b!), block_scale(c!),
 /// block_scale_unswizzled(d!)?, global_scale?, eps, block_size, scale_format?,
 /// is_sf_swizzled_layout, y_out(e!)?, enable_pdl?, weight_bias. A `block_scale_unswizzled` makes it a
 /// both-layouts call (`block_scale` then holds the swizzled layout).
-fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
+fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, all_reduce: bool) {
     run_boxed(|| {
         let s = Stack {
             slots: stack,
             len: n_args.max(n_out) as usize,
         };
         let r = with_residual as usize;
+        let list = all_reduce.then(|| s.tensor_list(0));
         let unswizzled = s.optional_tensor(4 + r);
+        let (residual, weight) = (with_residual.then(|| s.tensor(1)), s.tensor(1 + r));
+        let outputs = Some((s.tensor(2 + r), s.tensor(3 + r), unswizzled));
+        let (global_scale, y_out) = (s.optional_tensor(5 + r), s.optional_tensor(10 + r));
+        let (input, ranks) = split_inputs(&s, list)?;
         let tensors = FusedTensors {
-            input: s.tensor(0),
-            residual: with_residual.then(|| s.tensor(1)),
-            weight: s.tensor(1 + r),
-            outputs: Some((s.tensor(2 + r), s.tensor(3 + r), unswizzled)),
-            global_scale: s.optional_tensor(5 + r),
-            y_out: s.optional_tensor(10 + r),
+            input,
+            residual,
+            weight,
+            outputs,
+            global_scale,
+            y_out,
+            all_reduce,
+            ranks,
         };
         let enable_pdl = s.optional_bool(11 + r);
         let both = tensors.outputs.as_ref().is_some_and(|o| o.2.is_some());
@@ -1128,28 +1296,43 @@ fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
     })
 }
 
+/// `fp4norm::allreduce_add_rmsnorm_fp4quant` (and `.both`, `.out`): the fused all-reduce
+/// of SPEC.md §9, `add_rmsnorm_fp4quant`'s arguments with `Tensor[] inputs` (every rank's,
+/// rank order) for `input`.
+extern "C-unwind" fn boxed_allreduce(stack: *mut u64, n_args: u64, n_out: u64) {
+    functional(stack, n_args, n_out, true, false, true)
+}
+
+extern "C-unwind" fn boxed_allreduce_both(stack: *mut u64, n_args: u64, n_out: u64) {
+    functional(stack, n_args, n_out, true, true, true)
+}
+
+extern "C-unwind" fn boxed_allreduce_out(stack: *mut u64, n_args: u64, n_out: u64) {
+    out_form(stack, n_args, n_out, true, true)
+}
+
 extern "C-unwind" fn boxed_add(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, true, false)
+    functional(stack, n_args, n_out, true, false, false)
 }
 
 extern "C-unwind" fn boxed_add_both(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, true, true)
+    functional(stack, n_args, n_out, true, true, false)
 }
 
 extern "C-unwind" fn boxed_rms(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, false, false)
+    functional(stack, n_args, n_out, false, false, false)
 }
 
 extern "C-unwind" fn boxed_rms_both(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, false, true)
+    functional(stack, n_args, n_out, false, true, false)
 }
 
 extern "C-unwind" fn boxed_add_out(stack: *mut u64, n_args: u64, n_out: u64) {
-    out_form(stack, n_args, n_out, true)
+    out_form(stack, n_args, n_out, true, false)
 }
 
 extern "C-unwind" fn boxed_rms_out(stack: *mut u64, n_args: u64, n_out: u64) {
-    out_form(stack, n_args, n_out, false)
+    out_form(stack, n_args, n_out, false, false)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1337,7 +1520,13 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
         residual,
         weight,
         y_out,
-    } = read_rows(&t.input, t.residual.as_ref(), &t.weight, t.y_out.as_ref())?;
+    } = read_rows(
+        "input",
+        &t.input,
+        t.residual.as_ref(),
+        &t.weight,
+        t.y_out.as_ref(),
+    )?;
     let (m, h) = (x_rows.rows, x_rows.cols);
     let out = match &t.out {
         Some(q) => {

@@ -331,20 +331,19 @@ def allreduce_add_rmsnorm_fp4quant(
     reads every rank's input (e.g. the rows of an all-gather) and does it all; on host
     arrays the sum is taken first. :func:`fp4norm.distributed.allreduce_add_rmsnorm_fp4quant`
     gathers the inputs over a process group and calls this. The other arguments are
-    :func:`add_rmsnorm_fp4quant`'s. A plain function, not yet a ``torch.ops`` operator:
-    ``torch.compile`` breaks its graph here, and it does not advance the version counters
-    of the tensors it writes.
+    :func:`add_rmsnorm_fp4quant`'s. Torch tensors (CPU or CUDA) go through the
+    ``torch.ops.fp4norm.allreduce_add_rmsnorm_fp4quant`` operators, which ``torch.compile``
+    traces and CUDA graphs capture.
     """
     inputs = _api.rank_inputs(inputs, 8)
     first = inputs[0]
-    on_gpu = isinstance(first, _Tensor) and first.device.type == "cuda"
     args = (
         residual, weight, y_fp4, block_scale, global_scale, eps, block_size, scale_format,
         is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled, enable_pdl,
         y_out, weight_bias,
     )
-    if on_gpu:
-        return _api.fused(first, *args, ranks=inputs[1:])
+    if isinstance(first, _Tensor):
+        return _torch_ops.allreduce(inputs, *args)
     return _api.fused(_api.allreduce_sum(inputs), *args)
 
 

@@ -24,6 +24,10 @@ Operators (``torch.ops.fp4norm``):
 * ``rmsnorm_fp4quant``, ``.both`` and ``.out``: the same without ``residual``.
 * ``dequantize(y_fp4, block_scale, global_scale=None, block_size=16, scale_format=None,
   is_sf_swizzled_layout=False) -> Tensor``: float32 ``[..., H]`` from ``y_fp4 [..., H/2]``.
+* ``allreduce_add_rmsnorm_fp4quant(inputs, residual, weight, ...)``, ``.both`` and
+  ``.out``: ``add_rmsnorm_fp4quant``'s overloads with ``Tensor[] inputs`` (every rank's
+  input, rank order, 1 to 8) for ``input``: the tensor-parallel all-reduce fused in front
+  (SPEC.md §9), the inputs summed in rank order, then the op on the sum.
 
 The FP8 family (SPEC.md §8):
 
@@ -88,6 +92,15 @@ SCHEMAS = {
     "dequantize": "dequantize(Tensor y_fp4, Tensor block_scale, Tensor? global_scale=None, "
     "int block_size=16, str? scale_format=None, bool is_sf_swizzled_layout=False) -> Tensor",
 }
+# The fused all-reduce (SPEC.md §9): the residual op's overloads, every rank's input in
+# input's place.
+for _name in ("add_rmsnorm_fp4quant", "add_rmsnorm_fp4quant.both", "add_rmsnorm_fp4quant.out"):
+    _head = "add_rmsnorm_fp4quant"
+    SCHEMAS["allreduce_" + _name] = "allreduce_" + SCHEMAS[_name].replace(
+        _head + "(Tensor input,", _head + "(Tensor[] inputs,"
+    ).replace(_head + ".both(Tensor input,", _head + ".both(Tensor[] inputs,").replace(
+        _head + ".out(Tensor input,", _head + ".out(Tensor[] inputs,"
+    )
 
 # The FP8 family (SPEC.md §8). FlashInfer's two operators with their argument order, then
 # y_out, weight_bias and element (for a uint8 out); the dynamic-scale operators in the FP4
@@ -149,6 +162,9 @@ ADD_FP8 = _ops.add_rmsnorm_fp8quant.default
 ADD_FP8_OUT = _ops.add_rmsnorm_fp8quant.out
 RMS_FP8 = _ops.rmsnorm_fp8quant.default
 RMS_FP8_OUT = _ops.rmsnorm_fp8quant.out
+ALLREDUCE = _ops.allreduce_add_rmsnorm_fp4quant.default
+ALLREDUCE_BOTH = _ops.allreduce_add_rmsnorm_fp4quant.both
+ALLREDUCE_OUT = _ops.allreduce_add_rmsnorm_fp4quant.out
 
 
 # --------------------------------------------------------------------------------------
@@ -203,6 +219,7 @@ def _autograd_kernel(op: Any) -> Any:
 for _op in (
     ADD, ADD_BOTH, ADD_OUT, RMS, RMS_BOTH, RMS_OUT,
     RMS_QUANT, ADD_QUANT, ADD_FP8, ADD_FP8_OUT, RMS_FP8, RMS_FP8_OUT,
+    ALLREDUCE, ALLREDUCE_BOTH, ALLREDUCE_OUT,
 ):
     _LIB.impl(_op._schema.name.split("::")[1] + (
         "." + _op._schema.overload_name if _op._schema.overload_name else ""
@@ -287,6 +304,27 @@ def _fake_add_out(*args, **kwargs):
 
 @torch.library.register_fake("fp4norm::rmsnorm_fp4quant.out")
 def _fake_rms_out(*args, **kwargs):
+    return None
+
+
+@torch.library.register_fake("fp4norm::allreduce_add_rmsnorm_fp4quant")
+def _fake_allreduce(
+    inputs, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
+):
+    return _fake_outputs(inputs[0], block_size, scale_format, is_sf_swizzled_layout, False)
+
+
+@torch.library.register_fake("fp4norm::allreduce_add_rmsnorm_fp4quant.both")
+def _fake_allreduce_both(
+    inputs, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
+):
+    return _fake_outputs(inputs[0], block_size, scale_format, True, True)
+
+
+@torch.library.register_fake("fp4norm::allreduce_add_rmsnorm_fp4quant.out")
+def _fake_allreduce_out(*args, **kwargs):
     return None
 
 
@@ -464,14 +502,22 @@ def _call_operator(
     enable_pdl: Any,
     y_out: Any,
     weight_bias: Any = None,
+    inputs: Optional[list] = None,
 ) -> Tuple[Tensor, ...]:
     """:func:`fp4norm.add_rmsnorm_fp4quant` (``residual`` given) or
-    :func:`fp4norm.rmsnorm_fp4quant` through the operators; every check is the operator's."""
+    :func:`fp4norm.rmsnorm_fp4quant` through the operators; every check is the operator's.
+    With ``inputs`` (every rank's input, ``input`` being the first), the fused all-reduce's
+    operators."""
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, input)
     try:
         both = _both_flag(output_both_sf_layouts)
         if y_fp4 is None and block_scale is None and block_scale_unswizzled is None:
+            if inputs is not None:
+                return (ALLREDUCE_BOTH if both else ALLREDUCE)(
+                    inputs, residual, weight, global_scale, eps, block_size, scale_format,
+                    is_sf_swizzled_layout, y_out, enable_pdl, *_bias(weight_bias),
+                )
             if residual is None:
                 return (RMS_BOTH if both else RMS)(
                     input, weight, global_scale, eps, block_size, scale_format,
@@ -493,7 +539,12 @@ def _call_operator(
             if both and block_scale_unswizzled is None:
                 block_scale_unswizzled = torch.empty(u_shape, dtype=sdt, device=input.device)
         unswizzled = block_scale_unswizzled if both else None
-        if residual is None:
+        if inputs is not None:
+            ALLREDUCE_OUT(
+                inputs, residual, weight, y_fp4, block_scale, unswizzled, global_scale, eps,
+                block_size, scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
+            )
+        elif residual is None:
             RMS_OUT(
                 input, weight, y_fp4, block_scale, unswizzled, global_scale, eps, block_size,
                 scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
@@ -676,6 +727,34 @@ def fused(
         )
     _increment_version(tuple(written))
     return out
+
+
+def allreduce(
+    inputs: Any,
+    residual: Any,
+    weight: Any,
+    y_fp4: Any,
+    block_scale: Any,
+    global_scale: Any,
+    eps: Any,
+    block_size: Any,
+    scale_format: Any,
+    is_sf_swizzled_layout: Any,
+    output_both_sf_layouts: Any,
+    block_scale_unswizzled: Any,
+    enable_pdl: Any,
+    y_out: Any,
+    weight_bias: Any = None,
+) -> Tuple[Tensor, ...]:
+    """:func:`fp4norm.allreduce_add_rmsnorm_fp4quant` through the
+    ``allreduce_add_rmsnorm_fp4quant`` operators (their Autograd kernel refuses tensors
+    that require grad and advances the version counters)."""
+    inputs = list(inputs)
+    return _call_operator(
+        inputs[0], residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
+        scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
+        enable_pdl, y_out, weight_bias, inputs=inputs,
+    )
 
 
 def dequantize(

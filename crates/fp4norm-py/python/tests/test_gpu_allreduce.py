@@ -1,7 +1,8 @@
 """The fused all-reduce (SPEC.md §9) from Python on CUDA: W = 1 … 8 ranks' inputs on one
 device ("simulated ranks", the rows an all-gather leaves) through
-fp4norm.allreduce_add_rmsnorm_fp4quant, byte for byte against
+fp4norm.allreduce_add_rmsnorm_fp4quant (the torch.ops operator), byte for byte against
 fp4norm.reference.allreduce_add_rmsnorm_fp4quant on CPU copies, outputs poisoned first; the
+operator replayed in a CUDA graph and under torch.compile's CUDA graphs; the
 torch.distributed path (fp4norm.distributed) on a one-rank NCCL group; bad rank inputs
 refused before any write. Skipped, visibly, without torch or CUDA."""
 
@@ -106,6 +107,55 @@ def test_bad_rank_inputs_write_nothing():
         fp4norm.allreduce_add_rmsnorm_fp4quant([], r_gpu, wt.to(DEV))
     torch.cuda.synchronize()
     assert torch.equal(raw(r_gpu), raw(before))
+
+
+def test_cuda_graph_replay_and_compile_reduce_overhead():
+    """The operator captured in a CUDA graph (preallocated outputs, poisoned before each
+    replay) writes the reference's bytes for new inputs on every replay; under
+    torch.compile(mode="reduce-overhead") (CUDA graphs by Inductor) the same as eager."""
+    w, m, h = 4, 16, 4096
+    xs, r, wt = ranks_data(w, m, h, torch.bfloat16, seed=21)
+    xs_d, r_d, wt_d = [x.to(DEV) for x in xs], r.to(DEV), wt.to(DEV)
+    kw = dict(is_sf_swizzled_layout=True)
+    q, s = poisoned_outputs(kw, m, h, 16, DEV)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (compiles the kernel) outside the capture
+        fp4norm.allreduce_add_rmsnorm_fp4quant(xs_d, r_d.clone(), wt_d, q, s, **kw)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp4norm.allreduce_add_rmsnorm_fp4quant(xs_d, r_d, wt_d, q, s, **kw)
+    for trial in range(3):
+        new_xs, new_r, _ = ranks_data(w, m, h, torch.bfloat16, seed=100 + trial)
+        for x_d, x in zip(xs_d, new_xs):
+            x_d.copy_(x)
+        r_d.copy_(new_r)
+        q.fill_(0xAB)
+        s.fill_(0xAB)
+        graph.replay()
+        torch.cuda.synchronize()
+        r_ref = new_r.clone()
+        want = reference.allreduce_add_rmsnorm_fp4quant(new_xs, r_ref, wt, **kw)
+        assert torch.equal(raw(r_d), raw(r_ref)), f"replay {trial}: residual"
+        assert torch.equal(raw(q), raw(want[0])), f"replay {trial}: y_fp4"
+        assert torch.equal(raw(s).reshape(-1)[: raw(want[1]).numel()], raw(want[1])), f"replay {trial}"
+
+    torch._dynamo.reset()
+
+    def norm(x0, x1, residual):
+        return fp4norm.allreduce_add_rmsnorm_fp4quant([x0, x1], residual, wt_d, **kw)
+
+    compiled = torch.compile(norm, fullgraph=True, mode="reduce-overhead")
+    for mm in (16, 16, 16, 64):
+        ys, rr, _ = ranks_data(2, mm, h, torch.bfloat16, seed=mm)
+        ys = [y.to(DEV) for y in ys]
+        re, rc = rr.to(DEV), rr.to(DEV)
+        qe, se = norm(ys[0], ys[1], re)
+        qc, sc = compiled(ys[0], ys[1], rc)
+        torch.cuda.synchronize()
+        assert torch.equal(raw(qe), raw(qc)) and torch.equal(raw(se), raw(sc))
+        assert torch.equal(raw(re), raw(rc))
 
 
 def test_torch_distributed_one_rank_group(tmp_path):

@@ -479,3 +479,125 @@ def test_weight_bias_through_the_operators(device):
 
 def raw_t(t):
     return t.detach().contiguous().view(torch.uint8).reshape(-1)
+
+
+# --------------------------------------------------------------------------------------
+# The fused all-reduce's operators (SPEC.md §9)
+# --------------------------------------------------------------------------------------
+
+
+def ranks_data(w, m, h, dtype, device, seed):
+    """Every rank's input (with a row that cancels across ranks), a residual, a weight."""
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(m, h, generator=g) * (k + 1) for k in range(w)]
+    if w > 1 and m > 2:
+        xs[1][1] = -xs[0][1]
+        xs[0][2, :8] = 3e4
+    r = torch.randn(m, h, generator=g) * 2
+    wt = 1 + 0.25 * torch.randn(h, generator=g)
+    return [x.to(dtype).to(device) for x in xs], r.to(dtype).to(device), wt.to(dtype).to(device)
+
+
+AR_CASES = list(itertools.product([1, 2, 3, 8], DTYPES, LAYOUTS))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "w,dtype,layout", AR_CASES, ids=[f"w{w}-{str(d)[6:]}-{lay}" for w, d, lay in AR_CASES]
+)
+def test_allreduce_operators_match_reference_and_pass_opcheck(device, w, dtype, layout):
+    """``allreduce_add_rmsnorm_fp4quant`` (functional, ``.both``, ``.out`` into poisoned
+    buffers) writes the bytes of fp4norm.reference.allreduce_add_rmsnorm_fp4quant for 1 to
+    8 ranks, and torch.library.opcheck passes for each overload."""
+    cuda_or_skip(device)
+    m, h = 5, 256
+    xs, r, wt = ranks_data(w, m, h, dtype, device, seed=w)
+    gs = torch.tensor([1.5], device=device)
+    flags = layout_flags(layout)
+    r_ref = host(r).copy()
+    ref = reference.allreduce_add_rmsnorm_fp4quant(
+        [host(x) for x in xs], r_ref, host(wt), global_scale=host(gs), weight_bias=0.5, **flags
+    )
+    kw = dict(global_scale=gs, is_sf_swizzled_layout=layout == "swizzled", weight_bias=0.5)
+    op = ops.allreduce_add_rmsnorm_fp4quant.both if layout == "both" else ops.allreduce_add_rmsnorm_fp4quant.default
+    r1 = r.clone()
+    out = op(xs, r1, wt, **kw)
+    assert len(out) == len(ref)
+    for got, want in zip(out, ref):
+        assert np.array_equal(raw(got), want.reshape(-1).view(np.uint8))
+    assert np.array_equal(raw(r1), r_ref.reshape(-1).view(np.uint8))
+    # .out into poisoned buffers.
+    q2 = poisoned(out[0].shape, torch.uint8, device)
+    s2 = poisoned(out[1].shape, torch.uint8, device)
+    u2 = poisoned(out[2].shape, torch.uint8, device) if layout == "both" else None
+    out_kw = dict(global_scale=gs, is_sf_swizzled_layout=layout != "row-major", weight_bias=0.5)
+    r2 = r.clone()
+    ops.allreduce_add_rmsnorm_fp4quant.out(xs, r2, wt, q2, s2, u2, **out_kw)
+    assert np.array_equal(raw(q2), raw(out[0])) and np.array_equal(raw(s2), raw(out[1]))
+    if u2 is not None:
+        assert np.array_equal(raw(u2), raw(out[2]))
+    assert np.array_equal(raw(r2), raw(r1))
+    torch.library.opcheck(op, (xs, r.clone(), wt), kw)
+    torch.library.opcheck(ops.allreduce_add_rmsnorm_fp4quant.out, (xs, r.clone(), wt, q2, s2, u2), out_kw)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_allreduce_operator_refusals_version_counters_and_grad(device):
+    """Bad rank inputs are refused by the operator, with their name and class, before any
+    write; the residual's version counter advances; a leaf that requires grad is refused."""
+    cuda_or_skip(device)
+    m, h = 4, 64
+    xs, r, wt = ranks_data(3, m, h, torch.bfloat16, device, seed=3)
+    before = r.clone()
+    bad = [
+        ([], fp4norm.ArgumentError, "at least one rank"),
+        ([xs[0]] * 9, fp4norm.ArgumentError, "1 to 8"),
+        ([xs[0], xs[1][:3]], fp4norm.ArgumentError, r"inputs\[1\] has shape"),
+        ([xs[0], xs[1], xs[2].half()], fp4norm.ArgumentTypeError, r"inputs\[2\] has dtype"),
+        ([xs[0], xs[1].t().contiguous().t()], fp4norm.ArgumentError, r"inputs\[1\]"),
+    ]
+    for inputs, cls, pattern in bad:
+        with pytest.raises(RuntimeError, match=pattern) as e:
+            ops.allreduce_add_rmsnorm_fp4quant(inputs, r, wt)
+        assert isinstance(fp4norm._ops.translate(e.value), cls), str(e.value)
+    with pytest.raises(fp4norm.ArgumentError, match=r"inputs\[1\] has shape"):
+        fp4norm.allreduce_add_rmsnorm_fp4quant([xs[0], xs[1][:3]], r, wt)
+    assert torch.equal(r.view(torch.int16), before.view(torch.int16))
+    v = r._version
+    fp4norm.allreduce_add_rmsnorm_fp4quant(xs, r, wt)
+    assert r._version > v
+    v = r._version
+    ops.allreduce_add_rmsnorm_fp4quant(xs, r, wt)
+    assert r._version > v
+    leaf = r.float().requires_grad_().bfloat16().detach().requires_grad_()
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        fp4norm.allreduce_add_rmsnorm_fp4quant(xs, leaf, wt)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_allreduce_torch_compile_fullgraph_dynamic_no_recompile(device):
+    """The fused all-reduce under torch.compile (fullgraph, dynamic): no graph break, one
+    compile across M, eager's bytes."""
+    cuda_or_skip(device)
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    h = 256
+    _, _, wt = ranks_data(1, 1, h, torch.bfloat16, device, seed=0)
+
+    def norm(x0, x1, residual):
+        return fp4norm.allreduce_add_rmsnorm_fp4quant([x0, x1], residual, wt, is_sf_swizzled_layout=True)
+
+    xs, r, _ = ranks_data(2, 7, h, torch.bfloat16, device, seed=7)
+    explained = torch._dynamo.explain(norm)(xs[0], xs[1], r.clone())
+    assert explained.graph_break_count == 0, explained.break_reasons
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(norm, fullgraph=True, dynamic=True, backend=counter)
+    for m in (7, 128, 1000):
+        xs, r, _ = ranks_data(2, m, h, torch.bfloat16, device, seed=m)
+        re, rc = r.clone(), r.clone()
+        qe, se = norm(xs[0], xs[1], re)
+        qc, sc = compiled(xs[0], xs[1], rc)
+        assert torch.equal(raw_t(qe), raw_t(qc)) and torch.equal(raw_t(se), raw_t(sc))
+        assert torch.equal(raw_t(re), raw_t(rc))
+    assert counter.frame_count == 1, f"recompiled: {counter.frame_count} frames"
