@@ -3,8 +3,9 @@ device ("simulated ranks", the rows an all-gather leaves) through
 fp4norm.allreduce_add_rmsnorm_fp4quant (the torch.ops operator), byte for byte against
 fp4norm.reference.allreduce_add_rmsnorm_fp4quant on CPU copies, outputs poisoned first; the
 operator replayed in a CUDA graph and under torch.compile's CUDA graphs; the
-torch.distributed path (fp4norm.distributed) on a one-rank NCCL group; bad rank inputs
-refused before any write. Skipped, visibly, without torch or CUDA."""
+torch.distributed path (fp4norm.distributed) on a one-rank NCCL group, and over real ranks
+(one process per GPU, W = 1, 2, 4, 8 where the machine has that many GPUs); bad rank
+inputs refused before any write. Skipped, visibly, without torch or CUDA."""
 
 from __future__ import annotations
 
@@ -180,3 +181,62 @@ def test_torch_distributed_one_rank_group(tmp_path):
             fd.allreduce_add_rmsnorm_fp4quant(xs[0].to(DEV).t().contiguous().t(), r_gpu, wt.to(DEV))
     finally:
         dist.destroy_process_group()
+
+
+def _real_rank(rank, world, store_path, m, h, seed, results):
+    """One rank of test_real_ranks_write_the_reference_bytes_on_every_rank (a spawned
+    process): its input of the shared data, the residual every rank holds, the fused
+    all-reduce over NCCL; its outputs' bytes go back to the parent."""
+    import torch.distributed as dist
+
+    import fp4norm.distributed as fd
+
+    dev = torch.device("cuda", rank)
+    torch.cuda.set_device(dev)
+    dist.init_process_group(
+        "nccl", store=dist.FileStore(store_path, world), rank=rank, world_size=world, device_id=dev
+    )
+    try:
+        xs, r, wt = ranks_data(world, m, h, torch.bfloat16, seed)
+        r_dev = r.to(dev)
+        got = fd.allreduce_add_rmsnorm_fp4quant(
+            xs[rank].to(dev), r_dev, wt.to(dev), is_sf_swizzled_layout=True
+        )
+        torch.cuda.synchronize()
+        results.put((rank, [raw(t).numpy().tobytes() for t in (*got, r_dev)]))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+@pytest.mark.parametrize("m,h", [(1, 4096), (128, 8192)])
+def test_real_ranks_write_the_reference_bytes_on_every_rank(world, m, h, tmp_path):
+    """SPEC.md §9 over real ranks: one process per GPU, NCCL, fp4norm.distributed; every
+    rank's y_fp4, block scales and residual equal the host reference's bytes."""
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"{world} ranks need {world} GPUs; this machine has {torch.cuda.device_count()}")
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_available() or not dist.is_nccl_available():
+        pytest.skip("torch.distributed with NCCL is not available: skipped")
+    seed = 31 * world + m
+    xs, r, wt = ranks_data(world, m, h, torch.bfloat16, seed)
+    r_ref = r.clone()
+    want = reference.allreduce_add_rmsnorm_fp4quant(xs, r_ref, wt, is_sf_swizzled_layout=True)
+    want = [raw(t).numpy().tobytes() for t in (*want, r_ref)]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_real_rank, args=(k, world, str(tmp_path / "store"), m, h, seed, results))
+        for k in range(world)
+    ]
+    for p in procs:
+        p.start()
+    got = dict(results.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0, f"a rank exited with {p.exitcode}"
+    for rank in range(world):
+        for name, a, b in zip(("y_fp4", "block_scale", "residual"), got[rank], want):
+            assert a == b, f"rank {rank}: {name} differs from the reference"
