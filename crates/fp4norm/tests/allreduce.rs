@@ -220,3 +220,102 @@ fn bad_inputs_are_refused_before_anything_is_written() {
     assert_eq!(r, r0);
     assert!(q.iter().chain(&sf).all(|&v| v == 0xAA));
 }
+
+/// The FP8 op behind the all-reduce (SPEC.md §9 then §8): the op on the hand-computed
+/// sum, for every kind of FP8 scaling and 1 to 8 ranks; a rank count the reference refuses
+/// (none) writes nothing.
+#[test]
+fn fused_fp8_reference_is_the_op_on_the_sum() {
+    use fp4norm::fp8::{
+        self, Fp8Element, Fp8Group, Fp8Options, Fp8Out, Fp8Problem, Fp8ScaleFormat, Fp8ScaleLayout,
+        Fp8Scales,
+    };
+    let (m, h) = (5, 128);
+    let variants = [
+        Fp8Options::per_tensor(Fp8Element::E4M3, 0.05),
+        Fp8Options::per_token(Fp8Element::E5M2),
+        Fp8Options::dynamic(
+            Fp8Element::E4M3,
+            Fp8Group::G128,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        ),
+        Fp8Options::mxfp8().with_weight_bias(1.0),
+    ];
+    for opts in variants {
+        let p = Fp8Problem::new(m, h, fp4norm::DType::BF16, &opts).unwrap();
+        for w in 1..=8 {
+            let ranks: Vec<Vec<bf16>> =
+                (0..w).map(|k| random_rank(200 + k as u64, m * h)).collect();
+            let sum: Vec<bf16> = (0..m * h)
+                .map(|i| {
+                    b(ranks[1..]
+                        .iter()
+                        .fold(ranks[0][i].to_f32(), |a, r| a + r[i].to_f32()))
+                })
+                .collect();
+            let weight = random_rank(17, h);
+            let run = |fused: bool| {
+                let mut r = random_rank(19, m * h);
+                let mut q = vec![0u8; p.q_len()];
+                let mut s32 = vec![0f32; p.scales_len()];
+                let mut s8 = vec![0u8; p.scales_len()];
+                let scales = match p.scale_format() {
+                    None => Fp8Scales::None,
+                    Some(Fp8ScaleFormat::F32 { .. }) => Fp8Scales::F32(&mut s32),
+                    Some(Fp8ScaleFormat::UE8M0) => Fp8Scales::UE8M0(&mut s8),
+                };
+                let out = Fp8Out {
+                    q: &mut q,
+                    scales,
+                    y_out: None,
+                };
+                let res = MatMut::new(&mut r, m, h).unwrap();
+                if fused {
+                    fp8::reference::allreduce_add_rmsnorm_fp8quant(
+                        &mats(&ranks, m, h),
+                        res,
+                        &weight,
+                        out,
+                        &opts,
+                    )
+                } else {
+                    fp8::reference::add_rmsnorm_fp8quant(
+                        MatRef::new(&sum, m, h).unwrap(),
+                        res,
+                        &weight,
+                        out,
+                        &opts,
+                    )
+                }
+                .unwrap();
+                let s32: Vec<u32> = s32.iter().map(|v| v.to_bits()).collect();
+                (r, q, s32, s8)
+            };
+            assert_eq!(run(true), run(false), "{opts:?}, W = {w}");
+        }
+        let mut r = random_rank(19, m * h);
+        let before = r.clone();
+        let mut q = vec![0xABu8; p.q_len()];
+        let mut s32 = vec![0f32; p.scales_len()];
+        let mut s8 = vec![0u8; p.scales_len()];
+        let scales = match p.scale_format() {
+            None => Fp8Scales::None,
+            Some(Fp8ScaleFormat::F32 { .. }) => Fp8Scales::F32(&mut s32),
+            Some(Fp8ScaleFormat::UE8M0) => Fp8Scales::UE8M0(&mut s8),
+        };
+        let err = fp8::reference::allreduce_add_rmsnorm_fp8quant::<bf16>(
+            &[],
+            MatMut::new(&mut r, m, h).unwrap(),
+            &random_rank(17, h),
+            Fp8Out {
+                q: &mut q,
+                scales,
+                y_out: None,
+            },
+            &opts,
+        );
+        assert!(matches!(err, Err(Error::NoRankInputs)), "{err:?}");
+        assert!(r == before && q.iter().all(|&v| v == 0xAB));
+    }
+}

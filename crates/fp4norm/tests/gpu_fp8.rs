@@ -164,6 +164,21 @@ fn check_on_gpu<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidA
     c: &Fp8Case,
     hc: &Host<T>,
 ) -> Result<(), String> {
+    check_on_gpu_with_ranks(g, stream, c, hc, &[])
+}
+
+/// [`check_on_gpu`] with the all-reduce in front (SPEC.md §9): `hc.x` is rank 0's input,
+/// `others` ranks 1, 2, ...'s (each left unchanged), `hc`'s outputs the reference's on
+/// their sum.
+fn check_on_gpu_with_ranks<
+    T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+>(
+    g: &Gpu,
+    stream: &Arc<CudaStream>,
+    c: &Fp8Case,
+    hc: &Host<T>,
+    others: &[Vec<T>],
+) -> Result<(), String> {
     let p = c.problem();
     let (m, h) = (c.m, c.h);
     // Unaligned views start one element (and the codes one byte, the scales one element)
@@ -205,9 +220,22 @@ fn check_on_gpu<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidA
         y_out: c.y_out.then(|| mat(&y_d, hc.y.len())),
         options,
     };
+    let others_d: Vec<CudaSlice<T>> = others.iter().map(|x| upload(stream, &pad(x))).collect();
+    let other_mats: Vec<RawMat> = others_d.iter().map(|d| mat(d, m * h)).collect();
     // SAFETY: every buffer is a live allocation of this device holding the extents given.
-    unsafe { g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default()) }
-        .map_err(|e| format!("launch failed: {e}"))?;
+    unsafe {
+        if others.is_empty() {
+            g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default())
+        } else {
+            g.launch_fp8_allreduce_raw(
+                stream.cu_stream(),
+                &call,
+                &other_mats,
+                &LaunchOptions::default(),
+            )
+        }
+    }
+    .map_err(|e| format!("launch failed: {e}"))?;
     stream
         .synchronize()
         .map_err(|e| format!("kernel failed: {e}"))?;
@@ -234,6 +262,12 @@ fn check_on_gpu<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidA
     if c.y_out {
         let got: Vec<T> = stream.clone_dtoh(&y_d).unwrap();
         first_diff("y_out", &bits(&got[off..off + hc.y.len()]), &bits(&hc.y), h)?;
+    }
+    for (k, (x, d)) in others.iter().zip(&others_d).enumerate() {
+        let got: Vec<T> = stream.clone_dtoh(d).unwrap();
+        if bits(&got[off..]) != bits(x) {
+            return Err(format!("rank {}'s input was written", k + 1));
+        }
     }
     Ok(())
 }
@@ -273,6 +307,80 @@ fn gpu_fp8_sweep_matches_the_reference() {
     let cases = fp8_cases();
     let failures = run_cases(g, &cases, 0xf8);
     report("FP8 sweep", cases.len(), &failures);
+}
+
+/// The FP8 op behind the fused all-reduce (SPEC.md §9 then §8), 2 to 8 ranks simulated by
+/// input buffers on one GPU: every scaling, decode rows over a cluster and many rows, both
+/// dtypes, NaN and ±Inf in the last rank and cancellation between ranks; byte for byte
+/// against the reference of the op on the ranks' sum, outputs poisoned, every rank's input
+/// unchanged.
+#[test]
+fn gpu_fp8_allreduce_simulated_ranks_match_the_reference() {
+    let g = require_gpu!("gpu_fp8_allreduce_simulated_ranks_match_the_reference");
+    let stream = g.context().new_stream().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0xa11);
+    let cases = sweep::fp8::allreduce_fp8_cases();
+    let mut failures = Vec::new();
+    for (ranks, c) in &cases {
+        let cfg = internal::fp8_config(g, &c.problem(), c.scale_in_memory, !c.misaligned);
+        let res = match c.dtype {
+            DType::BF16 => allreduce_case::<bf16>(g, &stream, *ranks, c, &mut rng),
+            DType::F16 => allreduce_case::<f16>(g, &stream, *ranks, c, &mut rng),
+        };
+        if let Err(e) = res {
+            failures.push(format!("{ranks} ranks, {c:?} ({}): {e}", cfg.describe()));
+        }
+    }
+    report("FP8 all-reduce, simulated ranks", cases.len(), &failures);
+}
+
+fn allreduce_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    stream: &Arc<CudaStream>,
+    ranks: usize,
+    c: &Fp8Case,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let (m, h) = (c.m, c.h);
+    let n = m * h;
+    let first: Vec<f32> = (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+    let mut xs: Vec<Vec<T>> = (0..ranks)
+        .map(|k| {
+            (0..n)
+                .map(|i| {
+                    T::round_from_f32(if k == 0 {
+                        first[i]
+                    } else if i % 3 == 0 {
+                        // Cancels most of rank 0's value: the sum's rounding order matters.
+                        -first[i] / (ranks - 1) as f32 + rng.random_range(-1e-3f32..1e-3)
+                    } else {
+                        rng.random_range(-3.0f32..3.0)
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    for (row, v) in [
+        (1usize, f32::NAN),
+        (2, f32::INFINITY),
+        (3, f32::NEG_INFINITY),
+    ] {
+        if row < m {
+            let col = rng.random_range(0..h);
+            xs[ranks - 1][row * h + col] = T::round_from_f32(v);
+        }
+    }
+    let r: Vec<T> = (0..n)
+        .map(|_| T::round_from_f32(rng.random_range(-1.0f32..1.0)))
+        .collect();
+    let w: Vec<T> = (0..h)
+        .map(|_| T::round_from_f32(rng.random_range(-2.0f32..2.0)))
+        .collect();
+    let views: Vec<MatRef<'_, T>> = xs.iter().map(|x| MatRef::new(x, m, h).unwrap()).collect();
+    let sum = fp4norm::reference::allreduce_sum(&views).map_err(|e| format!("reference: {e}"))?;
+    let mut hc = with_reference(c, sum, r, w);
+    hc.x = xs.remove(0);
+    check_on_gpu_with_ranks(g, stream, c, &hc, &xs)
 }
 
 #[test]

@@ -197,6 +197,14 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             out.push(cfg);
         }
     }
+    // The FP8 op behind the fused all-reduce (tests/gpu_fp8.rs).
+    for (ranks, c) in sweep::fp8::allreduce_fp8_cases() {
+        let mut cfg = sweep::fp8::allreduce_fp8_config(ranks, &c, &PLAN);
+        cfg.hw_canonical_nan = !hw_e2m1;
+        if seen.insert(cfg.describe()) {
+            out.push(cfg);
+        }
+    }
     // The bench's copy yardstick and the GPU tests' codec self-check.
     out.push(KernelConfig::shapeless(KernelKind::Copy));
     out.push(KernelConfig::shapeless(KernelKind::CodecCheck));

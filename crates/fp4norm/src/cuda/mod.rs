@@ -551,7 +551,25 @@ impl Gpu {
         opts: &LaunchOptions,
     ) -> Result<(), Error> {
         // SAFETY: forwarded.
-        unsafe { raw::launch_fused_fp8(self, stream, call, opts) }
+        unsafe { raw::launch_fused_fp8(self, stream, call, &[], opts) }
+    }
+
+    /// The all-reduce fused in front of the FP8 op (SPEC.md §9, then §8), as
+    /// [`Gpu::launch_allreduce_raw`] is in front of the FP4 op: `call.x` (rank 0) and
+    /// `other_ranks` summed in rank order, then the op with `call`'s residual (required),
+    /// weight and outputs, in one kernel. 1 to 8 ranks.
+    ///
+    /// # Safety
+    /// As for [`Gpu::launch_raw_with`], for every rank's input too.
+    pub unsafe fn launch_fp8_allreduce_raw(
+        &self,
+        stream: sys::CUstream,
+        call: &crate::fp8::RawFp8Call,
+        other_ranks: &[crate::RawMat],
+        opts: &LaunchOptions,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded.
+        unsafe { raw::launch_fused_fp8(self, stream, call, other_ranks, opts) }
     }
 
     /// Dequantisation (SPEC.md §4) over raw device pointers.

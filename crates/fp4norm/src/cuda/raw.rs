@@ -236,35 +236,57 @@ pub(crate) unsafe fn launch_fused(
 /// The ranks after the first of an all-reduce call (SPEC.md §9): each like `c.x` (shape and
 /// stride), read only; their byte ranges join the call's for the overlap and device checks.
 fn check_rank_inputs(c: &RawCall, more: &[RawMat], checked: &mut Checked) -> Result<(), Error> {
+    check_rank_mats(
+        c.dtype,
+        &c.x,
+        c.residual.is_some(),
+        checked.problem.m,
+        more,
+        &mut checked.ranges,
+        &mut checked.vector_aligned,
+    )
+}
+
+/// [`check_rank_inputs`] over a call's parts (`x` rank 0's input, `m` its rows), for the FP4
+/// and FP8 calls alike.
+fn check_rank_mats(
+    dtype: crate::DType,
+    x0: &RawMat,
+    has_residual: bool,
+    m: usize,
+    more: &[RawMat],
+    ranges: &mut Vec<Range>,
+    vector_aligned: &mut bool,
+) -> Result<(), Error> {
     if more.len() > RANK_INPUT_NAMES.len() {
         return Err(Error::Unsupported(format!(
             "{} ranks: the fused all-reduce sums 2 to 8",
             more.len() + 1
         )));
     }
-    if c.residual.is_none() {
+    if !has_residual {
         return Err(Error::Unsupported(
             "the fused all-reduce on the GPU needs a residual (it keeps the ranks' sum there)"
                 .into(),
         ));
     }
-    let e = c.dtype.size();
+    let e = dtype.size();
     for (x, name) in more.iter().zip(RANK_INPUT_NAMES) {
-        if x.row_stride != c.x.row_stride && x.rows > 1 {
+        if x.row_stride != x0.row_stride && x.rows > 1 {
             return Err(Error::Unsupported(format!(
                 "{name}: row stride {} differs from inputs[0]'s {}; the ranks' inputs share one stride",
-                x.row_stride, c.x.row_stride
+                x.row_stride, x0.row_stride
             )));
         }
-        let bytes = crate::raw::check_mat(name, x, c.x.rows, c.x.cols, e)?;
-        if checked.problem.m > 0 {
+        let bytes = crate::raw::check_mat(name, x, x0.rows, x0.cols, e)?;
+        if m > 0 {
             check_ptr(name, x.ptr, e)?;
         }
-        checked.vector_aligned &= x.ptr % 16 == 0;
-        checked.ranges.push(Range::new(name, x.ptr, bytes, false)?);
+        *vector_aligned &= x.ptr % 16 == 0;
+        ranges.push(Range::new(name, x.ptr, bytes, false)?);
     }
-    checked.ranges.retain(|r| r.start != r.end);
-    check_overlaps(&checked.ranges)
+    ranges.retain(|r| r.start != r.end);
+    check_overlaps(ranges)
 }
 
 /// The fused op, with `more` ranks' inputs summed in front of `c.x` (SPEC.md §9) where
@@ -557,14 +579,28 @@ pub(crate) unsafe fn launch_copy(
     }
 }
 
+/// The FP8 op; with `more` ranks' inputs (ranks 1, 2, ...) the all-reduce in front of it
+/// (SPEC.md §9), `c.x` being rank 0's.
 pub(crate) unsafe fn launch_fused_fp8(
     gpu: &Gpu,
     stream: sys::CUstream,
     c: &crate::fp8::RawFp8Call,
+    more: &[RawMat],
     opts: &LaunchOptions,
 ) -> Result<(), Error> {
     use crate::fp8::{Fp8ScaleLayout, Fp8Scaling};
-    let checked = c.validate()?;
+    let mut checked = c.validate()?;
+    if !more.is_empty() {
+        check_rank_mats(
+            c.dtype,
+            &c.x,
+            c.residual.is_some(),
+            checked.problem.m,
+            more,
+            &mut checked.ranges,
+            &mut checked.vector_aligned,
+        )?;
+    }
     let p = checked.problem;
     // The kernel moves rows as 8-element vectors (the host backends take any H).
     if p.h % 8 != 0 {
@@ -580,7 +616,15 @@ pub(crate) unsafe fn launch_fused_fp8(
     }
     gpu.settle_conversions(stream)?;
     let pdl = gpu.pdl_for(opts.pdl);
-    let cfg = gpu.fp8_config(&p, c.static_scale.is_some(), aligned);
+    let mut cfg = gpu.fp8_config(&p, c.static_scale.is_some(), aligned);
+    let mut ar_x = [0u64; 8];
+    if !more.is_empty() {
+        cfg.ar_ranks = more.len() as u32 + 1;
+        ar_x[0] = c.x.ptr;
+        for (slot, x) in ar_x[1..].iter_mut().zip(more) {
+            *slot = x.ptr;
+        }
+    }
     // Rows the kernel covers: with column-major scales, or swizzled ones whose padding is
     // not spread over the call's threads, the layout's padding rows too (their CTAs zero
     // them).
@@ -618,11 +662,16 @@ pub(crate) unsafe fn launch_fused_fp8(
         r_stride: c.residual.map_or(0, |r| r.row_stride as i64),
         y_stride: c.y_out.map_or(0, |y| y.row_stride as i64),
         eps: p.options.eps,
-        pf_rows: kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits),
+        // (The prefetch would fetch the first rank's rows only: none for an all-reduce.)
+        pf_rows: if more.is_empty() {
+            kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits)
+        } else {
+            0
+        },
         weight_bias: p.options.weight_bias,
         s_min,
         static_scale: static_value,
-        ar_x: [0; 8],
+        ar_x,
     };
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // SAFETY: the parameters' pointers were checked above; the caller guarantees the

@@ -21,6 +21,20 @@ pub fn add_rmsnorm_fp8quant<T: Element>(
     run(input, Some(residual), weight, out, opts)
 }
 
+/// SPEC.md §9 in front of §8: the ranks' `inputs` summed in rank order
+/// ([`crate::reference::allreduce_sum`]), then [`add_rmsnorm_fp8quant`] on the sum.
+pub fn allreduce_add_rmsnorm_fp8quant<T: Element>(
+    inputs: &[MatRef<'_, T>],
+    residual: MatMut<'_, T>,
+    weight: &[T],
+    out: Fp8Out<'_, T>,
+    opts: &Fp8Options,
+) -> Result<(), Error> {
+    let sum = crate::reference::allreduce_sum(inputs)?;
+    let x = MatRef::new(&sum, inputs[0].rows(), inputs[0].cols())?;
+    add_rmsnorm_fp8quant(x, residual, weight, out, opts)
+}
+
 /// RMSNorm + FP8 quantisation without a residual, scalar reference.
 pub fn rmsnorm_fp8quant<T: Element>(
     input: MatRef<'_, T>,

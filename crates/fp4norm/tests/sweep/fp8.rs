@@ -187,3 +187,43 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
     out.push(base(DType::BF16, 0, 1024, Fp8Element::E4M3, s[1]));
     out
 }
+
+/// The FP8 op behind the fused all-reduce (SPEC.md §9 then §8): 2 to 8 ranks (simulated by
+/// input buffers on one GPU), every kind of scaling, decode rows over a cluster and many
+/// rows, both dtypes; the case's `x` is rank 0's input. Shared by tests/gpu_fp8.rs and the
+/// CI kernel compile check.
+pub fn allreduce_fp8_cases() -> Vec<(usize, Fp8Case)> {
+    let shapes = [(1usize, 4096usize), (16, 8192), (130, 2048), (300, 4096)];
+    let ranks = [2usize, 3, 8, 4];
+    scalings()
+        .into_iter()
+        .enumerate()
+        .map(|(k, scaling)| {
+            let (m, h) = shapes[k % shapes.len()];
+            let mut c = base(
+                if k % 3 == 1 { DType::F16 } else { DType::BF16 },
+                m,
+                h,
+                if k % 5 == 4 {
+                    Fp8Element::E5M2
+                } else {
+                    Fp8Element::E4M3
+                },
+                scaling,
+            );
+            c.y_out = k % 4 == 2;
+            c.options.weight_bias = if k % 3 == 2 { 1.0 } else { 0.0 };
+            c.scale_in_memory = k % 2 == 0;
+            c.misaligned = k % 7 == 5;
+            (ranks[k % ranks.len()], c)
+        })
+        .collect()
+}
+
+/// The kernel of an all-reduce case of [`allreduce_fp8_cases`] on a device with `limits`.
+pub fn allreduce_fp8_config(ranks: usize, c: &Fp8Case, limits: &DeviceLimits) -> KernelConfig {
+    KernelConfig {
+        ar_ranks: ranks as u32,
+        ..c.config(limits)
+    }
+}
