@@ -568,13 +568,20 @@ fn allreduce_sum(py: Python<'_>, dtype: String, inputs: Vec<Mat>, out: Buf) -> P
     .map_err(to_py)
 }
 
+/// SPEC.md §9's sum, in rank order, of the host matrices `mats` (the ranks' inputs), by the
+/// scalar reference: for the NumPy entry and the PyTorch operators' CPU kernel.
+///
 /// # Safety
-/// As for [`allreduce_sum`].
-unsafe fn host_allreduce_sum<T: fp4norm::Element>(mats: &[RawMat], out: Buf) -> Result<(), Error> {
+/// Each matrix addresses live host memory of `T` of its `len` (or, without one, its
+/// extent).
+pub(crate) unsafe fn host_rank_sum<T: fp4norm::Element>(mats: &[RawMat]) -> Result<Vec<T>, Error> {
     let views = mats
         .iter()
         .map(|m| {
-            let len = m.len.unwrap_or(0);
+            let len = match m.len {
+                Some(len) => len,
+                None => m.extent("inputs")?,
+            };
             // SAFETY: the caller's guarantee: `len` elements of T at `ptr` (len 0: no access).
             let data: &[T] = if len == 0 {
                 &[]
@@ -584,7 +591,14 @@ unsafe fn host_allreduce_sum<T: fp4norm::Element>(mats: &[RawMat], out: Buf) -> 
             fp4norm::MatRef::with_stride(data, m.rows, m.cols, m.row_stride)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let sum = fp4norm::reference::allreduce_sum(&views)?;
+    fp4norm::reference::allreduce_sum(&views)
+}
+
+/// # Safety
+/// As for [`allreduce_sum`].
+unsafe fn host_allreduce_sum<T: fp4norm::Element>(mats: &[RawMat], out: Buf) -> Result<(), Error> {
+    // SAFETY: forwarded.
+    let sum = unsafe { host_rank_sum::<T>(mats)? };
     if sum.len() != out.1 {
         return Err(Error::OutputSize {
             name: "out",

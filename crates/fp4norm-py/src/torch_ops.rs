@@ -1093,34 +1093,20 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
 /// # Safety
 /// Each matrix must address live host memory of its extent.
 unsafe fn host_rank_sum(dtype: DType, first: RawMat, more: &[RawMat]) -> Result<Vec<u16>, Error> {
-    unsafe fn sum<T: fp4norm::Element>(mats: &[RawMat]) -> Result<Vec<u16>, Error> {
-        let views = mats
-            .iter()
-            .zip(std::iter::once("inputs[0]").chain(fp4norm::raw::RANK_INPUT_NAMES))
-            .map(|(m, name)| {
-                let len = m.extent(name)?;
-                // SAFETY: the caller's guarantee (len 0: no access).
-                let data: &[T] = if len == 0 {
-                    &[]
-                } else {
-                    unsafe { std::slice::from_raw_parts(m.ptr as usize as *const T, len) }
-                };
-                fp4norm::MatRef::with_stride(data, m.rows, m.cols, m.row_stride)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(fp4norm::reference::allreduce_sum(&views)?
-            .into_iter()
-            .map(|v| v.to_bits())
-            .collect())
-    }
     let mut mats = vec![first];
     mats.extend_from_slice(more);
     // SAFETY: the caller's guarantee.
     unsafe {
-        match dtype {
-            DType::BF16 => sum::<fp4norm::bf16>(&mats),
-            DType::F16 => sum::<fp4norm::f16>(&mats),
-        }
+        Ok(match dtype {
+            DType::BF16 => crate::host_rank_sum::<fp4norm::bf16>(&mats)?
+                .into_iter()
+                .map(|v| v.to_bits())
+                .collect(),
+            DType::F16 => crate::host_rank_sum::<fp4norm::f16>(&mats)?
+                .into_iter()
+                .map(|v| v.to_bits())
+                .collect(),
+        })
     }
 }
 

@@ -230,6 +230,14 @@ fn fused_fp8_reference_is_the_op_on_the_sum() {
         self, Fp8Element, Fp8Group, Fp8Options, Fp8Out, Fp8Problem, Fp8ScaleFormat, Fp8ScaleLayout,
         Fp8Scales,
     };
+    // The scale outputs of problem `p` in the buffer of its scale format.
+    fn scales_of<'a>(p: &Fp8Problem, s32: &'a mut [f32], s8: &'a mut [u8]) -> Fp8Scales<'a> {
+        match p.scale_format() {
+            None => Fp8Scales::None,
+            Some(Fp8ScaleFormat::F32 { .. }) => Fp8Scales::F32(s32),
+            Some(Fp8ScaleFormat::UE8M0) => Fp8Scales::UE8M0(s8),
+        }
+    }
     let (m, h) = (5, 128);
     let variants = [
         Fp8Options::per_tensor(Fp8Element::E4M3, 0.05),
@@ -260,11 +268,7 @@ fn fused_fp8_reference_is_the_op_on_the_sum() {
                 let mut q = vec![0u8; p.q_len()];
                 let mut s32 = vec![0f32; p.scales_len()];
                 let mut s8 = vec![0u8; p.scales_len()];
-                let scales = match p.scale_format() {
-                    None => Fp8Scales::None,
-                    Some(Fp8ScaleFormat::F32 { .. }) => Fp8Scales::F32(&mut s32),
-                    Some(Fp8ScaleFormat::UE8M0) => Fp8Scales::UE8M0(&mut s8),
-                };
+                let scales = scales_of(&p, &mut s32, &mut s8);
                 let out = Fp8Out {
                     q: &mut q,
                     scales,
@@ -299,11 +303,7 @@ fn fused_fp8_reference_is_the_op_on_the_sum() {
         let mut q = vec![0xABu8; p.q_len()];
         let mut s32 = vec![0f32; p.scales_len()];
         let mut s8 = vec![0u8; p.scales_len()];
-        let scales = match p.scale_format() {
-            None => Fp8Scales::None,
-            Some(Fp8ScaleFormat::F32 { .. }) => Fp8Scales::F32(&mut s32),
-            Some(Fp8ScaleFormat::UE8M0) => Fp8Scales::UE8M0(&mut s8),
-        };
+        let scales = scales_of(&p, &mut s32, &mut s8);
         let err = fp8::reference::allreduce_add_rmsnorm_fp8quant::<bf16>(
             &[],
             MatMut::new(&mut r, m, h).unwrap(),
