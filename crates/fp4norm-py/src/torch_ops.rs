@@ -910,8 +910,9 @@ struct FusedTensors {
     y_out: Option<Tensor>,
     /// Preallocated outputs (`.out`): y_fp4, block_scale, block_scale_unswizzled.
     outputs: Option<(Tensor, Tensor, Option<Tensor>)>,
-    /// A fused all-reduce (SPEC.md §9): `input` is rank 0's input, `ranks` the others'.
-    all_reduce: bool,
+    /// `input`'s name in messages: `inputs[0]` for a fused all-reduce (SPEC.md §9), whose
+    /// `input` is rank 0's input and `ranks` the others' (none for the plain op).
+    input_name: &'static str,
     ranks: Vec<Tensor>,
 }
 
@@ -929,7 +930,7 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
         weight,
         y_out,
     } = read_rows(
-        if t.all_reduce { "inputs[0]" } else { "input" },
+        t.input_name,
         &t.input,
         t.residual.as_ref(),
         &t.weight,
@@ -1076,10 +1077,10 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
             // SAFETY: live CUDA tensors of device `index` (their metadata says so) and
             // PyTorch's current stream of that device; validated before launching.
             unsafe {
-                if t.all_reduce {
-                    gpu.launch_allreduce_raw(stream, &call, &rank_rows, opts)
-                } else {
+                if rank_rows.is_empty() {
                     gpu.launch_raw_with(stream, &call, opts)
+                } else {
+                    gpu.launch_allreduce_raw(stream, &call, &rank_rows, opts)
                 }
             }
         })?,
@@ -1093,20 +1094,19 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
 /// # Safety
 /// Each matrix must address live host memory of its extent.
 unsafe fn host_rank_sum(dtype: DType, first: RawMat, more: &[RawMat]) -> Result<Vec<u16>, Error> {
+    unsafe fn bits<T: fp4norm::Element>(mats: &[RawMat]) -> Result<Vec<u16>, Error> {
+        // SAFETY: the caller's guarantee.
+        let sum = unsafe { crate::host_rank_sum::<T>(mats)? };
+        Ok(sum.into_iter().map(|v| v.to_bits()).collect())
+    }
     let mut mats = vec![first];
     mats.extend_from_slice(more);
     // SAFETY: the caller's guarantee.
     unsafe {
-        Ok(match dtype {
-            DType::BF16 => crate::host_rank_sum::<fp4norm::bf16>(&mats)?
-                .into_iter()
-                .map(|v| v.to_bits())
-                .collect(),
-            DType::F16 => crate::host_rank_sum::<fp4norm::f16>(&mats)?
-                .into_iter()
-                .map(|v| v.to_bits())
-                .collect(),
-        })
+        match dtype {
+            DType::BF16 => bits::<fp4norm::bf16>(&mats),
+            DType::F16 => bits::<fp4norm::f16>(&mats),
+        }
     }
 }
 
@@ -1190,7 +1190,7 @@ fn functional(
         let list = all_reduce.then(|| s.tensor_list(0));
         let (residual, weight) = (with_residual.then(|| s.tensor(1)), s.tensor(1 + r));
         let (global_scale, y_out) = (s.optional_tensor(2 + r), s.optional_tensor(7 + r));
-        let (input, ranks) = split_inputs(&s, list)?;
+        let (input, input_name, ranks) = split_inputs(&s, list)?;
         let tensors = FusedTensors {
             input,
             residual,
@@ -1198,7 +1198,7 @@ fn functional(
             global_scale,
             y_out,
             outputs: None,
-            all_reduce,
+            input_name,
             ranks,
         };
         let enable_pdl = s.optional_bool(8 + r);
@@ -1214,14 +1214,14 @@ fn functional(
     })
 }
 
-/// The call's input: argument 0, or (`list`, a fused all-reduce's `Tensor[] inputs`) rank
-/// 0's input and the other ranks' (1 to 8 in all).
+/// The call's input and its name: argument 0, or (`list`, a fused all-reduce's
+/// `Tensor[] inputs`) rank 0's input and the other ranks' (1 to 8 in all).
 fn split_inputs(
     s: &Stack,
     list: Option<Result<Vec<Tensor>, Fail>>,
-) -> Result<(Tensor, Vec<Tensor>), Fail> {
+) -> Result<(Tensor, &'static str, Vec<Tensor>), Fail> {
     let Some(list) = list else {
-        return Ok((s.tensor(0), Vec::new()));
+        return Ok((s.tensor(0), "input", Vec::new()));
     };
     let mut inputs = list?;
     if inputs.is_empty() {
@@ -1237,7 +1237,7 @@ fn split_inputs(
         ));
     }
     let first = inputs.remove(0);
-    Ok((first, inputs))
+    Ok((first, "inputs[0]", inputs))
 }
 
 /// `fp4norm::add_rmsnorm_fp4quant.out` / `rmsnorm_fp4quant.out`: writes preallocated outputs.
@@ -1258,7 +1258,7 @@ fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, all_r
         let (residual, weight) = (with_residual.then(|| s.tensor(1)), s.tensor(1 + r));
         let outputs = Some((s.tensor(2 + r), s.tensor(3 + r), unswizzled));
         let (global_scale, y_out) = (s.optional_tensor(5 + r), s.optional_tensor(10 + r));
-        let (input, ranks) = split_inputs(&s, list)?;
+        let (input, input_name, ranks) = split_inputs(&s, list)?;
         let tensors = FusedTensors {
             input,
             residual,
@@ -1266,7 +1266,7 @@ fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, all_r
             outputs,
             global_scale,
             y_out,
-            all_reduce,
+            input_name,
             ranks,
         };
         let enable_pdl = s.optional_bool(11 + r);
