@@ -95,11 +95,8 @@ SCHEMAS = {
 # The fused all-reduce (SPEC.md §9): the residual op's overloads, every rank's input in
 # input's place.
 for _name in ("add_rmsnorm_fp4quant", "add_rmsnorm_fp4quant.both", "add_rmsnorm_fp4quant.out"):
-    _head = "add_rmsnorm_fp4quant"
     SCHEMAS["allreduce_" + _name] = "allreduce_" + SCHEMAS[_name].replace(
-        _head + "(Tensor input,", _head + "(Tensor[] inputs,"
-    ).replace(_head + ".both(Tensor input,", _head + ".both(Tensor[] inputs,").replace(
-        _head + ".out(Tensor input,", _head + ".out(Tensor[] inputs,"
+        "(Tensor input,", "(Tensor[] inputs,", 1
     )
 
 # The FP8 family (SPEC.md §8). FlashInfer's two operators with their argument order, then
