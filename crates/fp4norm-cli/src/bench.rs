@@ -49,7 +49,7 @@ mxfp8          UE8M0 scales per 32 elements, swizzled 128x4 (MXFP8)\n    \
 fp8-<token|g32|g64|g128>-<f32|ue8m0>-<row-major|column-major|swizzled>\n                   \
 any other combination (swizzled: UE8M0 in groups of 32 only)\n\
 An FP8 format names its own scale layout: --layout applies to the FP4 formats only. Group \
-formats need H a multiple of the group, the CUDA FP8 kernels H a multiple of 8.\n\n\
+formats need H a multiple of the group.\n\n\
 Each shape gets fresh random inputs (never zero), the same for every format. Before timing, \
 every output of one call (codes, scales including layout padding, updated residual, y_out) is \
 compared byte for byte with fp4norm::reference on the same inputs, every row of every shape \
@@ -379,16 +379,6 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
         })
         .collect();
     let has_fp4 = formats.iter().any(|f| matches!(f, Format::Fp4(_)));
-    // The CUDA FP8 kernels move rows as 8-element vectors; said before any work rather
-    // than as an error halfway through the table.
-    if gpu && !fp8.is_empty() {
-        if let Some(h) = hs.iter().find(|&&h| h % 8 != 0) {
-            return Err(CliError(format!(
-                "--h {h}: the CUDA FP8 kernels need H a multiple of 8; use such an H, FP4 formats \
-                 only, or --device cpu"
-            )));
-        }
-    }
     let do_check = a.check || !a.no_check; // the last of --check / --no-check wins
     let target_s = if a.quick { 0.02 } else { 0.15 };
 

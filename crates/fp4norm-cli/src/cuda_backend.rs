@@ -469,7 +469,7 @@ impl<'a> CudaPrepared<'a> {
                 // ready; a call the library refuses is left to `launch` to report, as the
                 // FP4 path does.
                 if let Ok(checked) = call.validate() {
-                    if case.m > 0 && case.h % 8 == 0 {
+                    if case.m > 0 {
                         be.gpu.prepare_fp8(
                             &checked.problem,
                             call.static_scale.is_some(),

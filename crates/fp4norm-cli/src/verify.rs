@@ -45,7 +45,7 @@ edge cases as FP4 over each kind of scaling, plus per-tensor scales of every kin
 ±Inf, NaN; read from memory and by value), f32 scale floors, H from 1 (per-tensor and per-token \
 take any H) to 32768, and FP8 bad inputs (H not a multiple of the group, swizzled without UE8M0 \
 in groups of 32, invalid floors). A backend that refuses a valid case it does not implement \
-(e.g. the CUDA FP8 kernels, H not a multiple of 8) counts it as skipped.\n\n\
+counts it as skipped.\n\n\
 --group fp8 runs the FP8 groups only; --group random both random groups.\n\n\
 Prints one summary line per group and a final 'N passed, N failed' line; the exit status is 1 \
 if anything failed."

@@ -981,21 +981,14 @@ FI_SCALES = [0.01, 1.0, 10.0]
 @pytest.mark.parametrize("hidden_size", FI_HIDDEN)
 @pytest.mark.parametrize("batch_size", FI_BATCH)
 @pytest.mark.parametrize("op", ["rmsnorm_quant", "fused_add_rmsnorm_quant"])
-def test_flashinfer_shaped(op, batch_size, hidden_size, dtype, quant_dtype, device, request):
+def test_flashinfer_shaped(op, batch_size, hidden_size, dtype, quant_dtype, device):
     """FlashInfer's test_norm_quant / test_fused_add_rmsnorm_quant: the same batch sizes,
-    hidden sizes, dtypes and quant dtypes, randn inputs and weights, a 0-d scale tensor
-    (quant_scale 0.01, 1.0, 10.0), contiguous and strided inputs (``x[:, :hidden]`` of a
-    twice-wide buffer), and on CUDA enable_pdl on and off; every byte of ``out`` and of
-    the residual equal to the reference's."""
+    hidden sizes (111 and 500 among them: rows that end in a partial 8-element vector),
+    dtypes and quant dtypes, randn inputs and weights, a 0-d scale tensor (quant_scale
+    0.01, 1.0, 10.0), contiguous and strided inputs (``x[:, :hidden]`` of a twice-wide
+    buffer), and on CUDA enable_pdl on and off; every byte of ``out`` and of the residual
+    equal to the reference's."""
     cuda_or_skip(device)
-    if device == "cuda" and hidden_size % 8:
-        # FlashInfer's kernels take these sizes; fp4norm's CUDA FP8 kernels refuse them
-        # with an ArgumentError (they move rows as 8-element vectors). Strict: this case
-        # fails once the kernels take any H, so that the marker goes.
-        request.applymarker(pytest.mark.xfail(
-            strict=True, raises=fp4norm.ArgumentError,
-            reason="the CUDA FP8 kernels need H a multiple of 8 (FlashInfer's take any H)",
-        ))
     dt, qdt = getattr(torch, dtype), getattr(torch, quant_dtype)
     g = torch.Generator().manual_seed(seed_of(op, batch_size, hidden_size, dtype, quant_dtype))
     w = torch.randn(hidden_size, generator=g).to(dt)

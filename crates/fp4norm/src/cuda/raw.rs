@@ -602,13 +602,6 @@ pub(crate) unsafe fn launch_fused_fp8(
         )?;
     }
     let p = checked.problem;
-    // The kernel moves rows as 8-element vectors (the host backends take any H).
-    if p.h % 8 != 0 {
-        return Err(Error::Unsupported(format!(
-            "the CUDA FP8 kernels need H a multiple of 8 (H = {}); the CPU backend takes any H",
-            p.h
-        )));
-    }
     check_devices(gpu, &checked.ranges, opts)?;
     let aligned = checked.vector_aligned;
     if p.m == 0 {

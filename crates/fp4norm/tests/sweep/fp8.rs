@@ -170,6 +170,36 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
     for (h, k) in [(8usize, 0usize), (8, 1), (32, 3), (64, 1), (64, 4)] {
         out.push(vary(base(DType::BF16, 5, h, Fp8Element::E5M2, s[k])));
     }
+    // Rows whose last vector is partial (H not a multiple of 8, per-tensor and per-token
+    // scales: the element-wise kernel): one element, FlashInfer's 111 and 500, a row of 8
+    // vectors split over a cluster (57), rows of several warps at decode (candidate) and
+    // at many rows (second reduction); every per-token scaling, both elements and dtypes.
+    for (j, (m, h)) in [
+        (3usize, 1usize),
+        (5, 7),
+        (130, 111),
+        (1, 57),
+        (300, 500),
+        (16, 4099),
+        (1, 16387),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (k, &scaling) in s[..4].iter().enumerate() {
+            let element = if (j + k) % 3 == 2 {
+                Fp8Element::E5M2
+            } else {
+                Fp8Element::E4M3
+            };
+            let dtype = if (j + k) % 2 == 1 {
+                DType::F16
+            } else {
+                DType::BF16
+            };
+            out.push(vary(base(dtype, m, h, element, scaling)));
+        }
+    }
     // Special per-tensor scales: 0 (inv = +Inf) and a NaN scale, by value and from memory.
     for (scale, in_memory) in [(0.0f32, true), (f32::NAN, false), (1e-30, true)] {
         let mut c = base(

@@ -191,7 +191,9 @@ impl KernelConfig {
     /// The fused kernel's configuration for an FP8 call (SPEC.md §8) `p`, with the launch
     /// shape the launch table gives the FP4 op of the same rows: FP8 moves the same input
     /// bytes per row. `scale_in_memory`: a per-tensor scale read from device memory (else a
-    /// kernel parameter). Requires `H` a multiple of 8 (the caller checks).
+    /// kernel parameter). Rows of an `H` that is not a multiple of 8 (per-tensor and
+    /// per-token scales only) end in a partial vector, which only the element-wise kernel
+    /// has: `aligned` is then ignored.
     pub fn fp8(
         p: &crate::fp8::Fp8Problem,
         scale_in_memory: bool,
@@ -203,7 +205,9 @@ impl KernelConfig {
         let group = p.group();
         // A per-token group of 4, 8 or 16 vectors (H = 32, 64, 128) is one group of the
         // per-group kernel: its lanes reduce the amax by shuffles, no barrier.
-        let per_token = group == Some(p.h) && !(nv.is_power_of_two() && (4..=16).contains(&nv));
+        let per_token =
+            group == Some(p.h) && !(p.h % 8 == 0 && nv.is_power_of_two() && (4..=16).contains(&nv));
+        let aligned = aligned && p.h % 8 == 0;
         let block = match group {
             None => 8,
             Some(_) if per_token => p.h,
@@ -446,14 +450,19 @@ impl KernelConfig {
                 } else {
                     ""
                 },
-            ),
+            ) + &if self.h % 8 != 0 {
+                format!("#define FP8_TAIL {}\n", self.h % 8)
+            } else {
+                String::new()
+            },
         }
     }
 
-    /// Vectors (8 elements, 16 bytes) per thread of the fused kernel: a row's vectors over
-    /// its CTAs, then over each CTA's threads per row (the kernel's `VPT`).
+    /// Vectors (8 elements, 16 bytes; the last one partial where `H` is not a multiple of
+    /// 8) per thread of the fused kernel: a row's vectors over its CTAs, then over each
+    /// CTA's threads per row (the kernel's `VPT`).
     pub fn vectors_per_thread(&self) -> usize {
-        let vectors_per_cta = (self.h / 8) / self.cluster.max(1) as usize;
+        let vectors_per_cta = self.h.div_ceil(8) / self.cluster.max(1) as usize;
         vectors_per_cta.div_ceil(self.threads_per_row.max(1) as usize)
     }
 

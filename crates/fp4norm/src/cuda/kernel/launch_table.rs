@@ -83,7 +83,8 @@ pub fn launch_shape(
     dtype: DType,
     limits: &DeviceLimits,
 ) -> (u32, u32, u32) {
-    let nv = (h / 8).max(1);
+    // (8-element vectors; the last partial where H is not a multiple of 8: FP8 rows.)
+    let nv = h.div_ceil(8).max(1);
     let vpb = (block / 8).max(1);
     let sms = limits.sm_count.max(1) as usize;
     let clusters = limits.clusters();
@@ -150,7 +151,7 @@ pub fn launch_shape(
 /// satisfiable (its minimum of resident CTAs fits the SM's threads).
 pub fn shape_fits(h: usize, block: usize, shape: (u32, u32, u32), limits: &DeviceLimits) -> bool {
     let (g, r, c) = (shape.0 as usize, shape.1 as usize, shape.2 as usize);
-    let nv = h / 8;
+    let nv = h.div_ceil(8);
     let vpb = (block / 8).max(1);
     let threads = g * r;
     g >= 32

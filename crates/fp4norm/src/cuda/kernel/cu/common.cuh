@@ -77,7 +77,19 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
-#define NV (FP4_H / 8)                   // 8-element vectors per row
+// FP8_TAIL (FP8 per-tensor and per-token kernels only): H % 8 when that is not 0. The row's
+// last vector then holds FP8_TAIL elements: its loads read the others as 0 (a 0 adds
+// nothing to the sum of squares, and y = 0 changes no amax) and its stores skip them. Only
+// the element-wise kernels have one (FP4_VEC_ALIGNED 0: such rows are never 16-byte aligned).
+#ifndef FP8_TAIL
+#define FP8_TAIL 0
+#endif
+#if FP8_TAIL && FP4_VEC_ALIGNED
+#error "rows with a partial last vector take the element-wise kernel"
+#endif
+#define NV ((FP4_H + 7) / 8)             // 8-element vectors per row (the last partial with FP8_TAIL)
+// Elements of vector v of a row.
+#define VEC_N(v) ((FP8_TAIL != 0 && (v) == NV - 1) ? FP8_TAIL : 8)
 #define VPB (FP4_BLOCK / 8)              // vectors per scale block
 #define NB (FP4_H / FP4_BLOCK)           // blocks per row
 #define NK4 (((NB + 3) / 4) * 4)         // blocks per row, padded to the swizzle tile
@@ -429,48 +441,51 @@ __device__ __forceinline__ void block_scale(float amax, float gs, u32& code, flo
 // Memory access. The aligned path moves 16 bytes per access; the fallback moves
 // one element at a time, for views whose pointers or strides are not 16-byte aligned.
 
-// Eight elements, one 16-bit load each (the fallback for unaligned views).
-__device__ __forceinline__ uint4 load_elems(const u16* p) {
+// Eight elements, one 16-bit load each (the fallback for unaligned views); the n first of
+// them (VEC_N), the others 0.
+__device__ __forceinline__ uint4 load_elems(const u16* p, int n = 8) {
     u32 e[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) e[i] = p[i];
+    for (int i = 0; i < 8; ++i) e[i] = i < n ? p[i] : 0u;
     return make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
 }
 
-__device__ __forceinline__ uint4 load_vec_ro(const u16* p) {
+// The vector loads and stores take n, the vector's elements (VEC_N), for the element-wise
+// path; the 16-byte path always has 8.
+__device__ __forceinline__ uint4 load_vec_ro(const u16* p, int n = 8) {
 #if FP4_VEC_ALIGNED
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 #else
-    return load_elems(p);
+    return load_elems(p, n);
 #endif
 }
 
-__device__ __forceinline__ uint4 load_vec(const u16* p) {
+__device__ __forceinline__ uint4 load_vec(const u16* p, int n = 8) {
 #if FP4_VEC_ALIGNED
     uint4 v;
     asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 #else
-    return load_elems(p);
+    return load_elems(p, n);
 #endif
 }
 
-__device__ __forceinline__ uint4 load_weight(const u16* p) {
+__device__ __forceinline__ uint4 load_weight(const u16* p, int n = 8) {
 #if FP4_VEC_ALIGNED
     uint4 v;
     asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 #else
-    return load_vec(p);
+    return load_vec(p, n);
 #endif
 }
 
-__device__ __forceinline__ void store_vec(u16* p, uint4 v) {
+__device__ __forceinline__ void store_vec(u16* p, uint4 v, int n = 8) {
 #if FP4_VEC_ALIGNED
     asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
                  :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
@@ -478,8 +493,8 @@ __device__ __forceinline__ void store_vec(u16* p, uint4 v) {
     const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        p[2 * i] = (u16)(w[i] & 0xFFFFu);
-        p[2 * i + 1] = (u16)(w[i] >> 16);
+        if (2 * i < n) p[2 * i] = (u16)(w[i] & 0xFFFFu);
+        if (2 * i + 1 < n) p[2 * i + 1] = (u16)(w[i] >> 16);
     }
 #endif
 }

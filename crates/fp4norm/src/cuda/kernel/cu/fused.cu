@@ -73,7 +73,7 @@ struct Fp4NormParams {
 __device__ __forceinline__ uint4 ar_sum_vec(const Fp4NormParams& p, i64 row, int v) {
     uint4 in[FP4_AR_RANKS];
 #pragma unroll
-    for (int k = 0; k < FP4_AR_RANKS; ++k) in[k] = load_vec_ro(p.ar_x[k] + row * p.x_stride + v * 8);
+    for (int k = 0; k < FP4_AR_RANKS; ++k) in[k] = load_vec_ro(p.ar_x[k] + row * p.x_stride + v * 8, VEC_N(v));
     float acc[8];
     unpack8(in[0], acc);
 #pragma unroll
@@ -88,7 +88,7 @@ __device__ __forceinline__ uint4 ar_sum_vec(const Fp4NormParams& p, i64 row, int
 }
 #define LOAD_X(row, v, xrow) ar_sum_vec(p, (row), (v))
 #else
-#define LOAD_X(row, v, xrow) load_vec_ro((xrow) + (v) * 8)
+#define LOAD_X(row, v, xrow) load_vec_ro((xrow) + (v) * 8, VEC_N(v))
 #endif
 
 // rstd = RN32(1 / sqrt(ss / H + eps)), each step an IEEE f64 operation (SPEC.md §1.3).
@@ -308,7 +308,7 @@ __device__ __forceinline__ uint4 residual_add(const Fp4NormParams& p, i64 row, i
     h.w = add_pair(x.w, r.w);
     // Stored right away: nothing later waits for it (the cluster exchange has no GPU-scope
     // fence, which would wait for these stores: see fp4norm_fused).
-    store_vec(p.r + row * p.r_stride + v * 8, h);
+    store_vec(p.r + row * p.r_stride + v * 8, h, VEC_N(v));
 #else
     const uint4 h = x;
 #endif
@@ -443,6 +443,9 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
 #else
 #define FP8_FAST true
 #endif
+#if FP8_TAIL && !(FP8_SCALING == 0 || FP8_PER_TOKEN)
+#error "a partial last vector only in per-tensor and per-token rows (groups are whole vectors)"
+#endif
 #if FP8_PER_TOKEN && WARPS_PER_ROW > 1 && FP4_R > 15
 #error "per-token FP8 scales take one named barrier per row: at most 15 rows of several warps per CTA"
 #endif
@@ -476,7 +479,7 @@ __device__ __forceinline__ float normalise8(const Fp4NormParams& p, i64 row, int
         yo.y = f32x2_to_elem(y[2], y[3]);
         yo.z = f32x2_to_elem(y[4], y[5]);
         yo.w = f32x2_to_elem(y[6], y[7]);
-        store_vec(p.y_out + row * p.y_stride + v * 8, yo);
+        store_vec(p.y_out + row * p.y_stride + v * 8, yo, VEC_N(v));
     }
 #endif
     return amax;
@@ -495,14 +498,15 @@ __device__ __forceinline__ uint2 fp8_encode8(const float (&y)[8], float inv) {
     return make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
 }
 
-__device__ __forceinline__ void store_q8(u8* at, uint2 v) {
+// The codes of a vector of n elements (VEC_N).
+__device__ __forceinline__ void store_q8(u8* at, uint2 v, int n = 8) {
 #if FP4_VEC_ALIGNED
     asm volatile("st.global.v2.u32 [%0], {%1,%2};" :: "l"(at), "r"(v.x), "r"(v.y) : "memory");
 #else
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        at[i] = (u8)(v.x >> (8 * i));
-        at[4 + i] = (u8)(v.y >> (8 * i));
+        if (i < n) at[i] = (u8)(v.x >> (8 * i));
+        if (4 + i < n) at[4 + i] = (u8)(v.y >> (8 * i));
     }
 #endif
 }
@@ -701,8 +705,8 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
     u8* q_lane = p.q + row * (i64)FP4_H + (v0 + lane) * 8;
     asm volatile("" : "+l"(q_lane));
 #define Q_AT(k) (q_lane + (k) * FP4_G * 8)
-#define PASS2_H(k, v) ((HOLD_IN_REGS && !FROM_MEMORY) ? hv[k] : load_vec(hrow + (v) * 8))
-#define PASS2_W(k, v) ((PREFETCH_W && !FROM_MEMORY) ? wv[k] : load_weight(p.w + (v) * 8))
+#define PASS2_H(k, v) ((HOLD_IN_REGS && !FROM_MEMORY) ? hv[k] : load_vec(hrow + (v) * 8, VEC_N(v)))
+#define PASS2_W(k, v) ((PREFETCH_W && !FROM_MEMORY) ? wv[k] : load_weight(p.w + (v) * 8, VEC_N(v)))
 #if FP8_SCALING == 0
     // One static scale: inv = RN32(1 / s) (gs carries s, read from memory or the parameter).
     const float s = FP4_GS == 1 ? gs : p.static_scale;
@@ -713,7 +717,7 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         if (lane + k * FP4_G >= NVC) continue;
         float y[8];
         normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, true);
-        store_q8(Q_AT(k), fp8_encode8(y, inv));
+        store_q8(Q_AT(k), fp8_encode8(y, inv), VEC_N(v));
     }
 #elif FP8_PER_TOKEN
     // The row's amax first (y_out written on the way), then y again and the codes: y is a
@@ -750,8 +754,8 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         const int v = v0 + lane + k * FP4_G;
         if (lane + k * FP4_G >= NVC) continue;
         float y[8];
-        normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, false);
-        store_q8(Q_AT(k), fp8_encode8(y, inv));
+        normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, !second_reduction);
+        store_q8(Q_AT(k), fp8_encode8(y, inv), VEC_N(v));
     }
 #else
     // Groups of VPB vectors in neighbouring lanes: their amax by shuffles, the group's
@@ -784,7 +788,7 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         word |= __shfl_down_sync(0xFFFFFFFFu, word, 2 * VPB) << 16;
 #endif
         if (!in_row) continue;
-        store_q8(Q_AT(k), fp8_encode8(y, inv));
+        store_q8(Q_AT(k), fp8_encode8(y, inv), VEC_N(v));
         if (v % VPB == 0) {
 #if FP4_SWIZZLED
             if ((v / VPB) % 4 == 0) store_sf4(sw_lane + k * (FP4_G / (4 * VPB)) * 512, word);
@@ -857,7 +861,8 @@ __device__ __noinline__ void exact_sum_redo(const Fp4NormParams* params, float r
         // that is not unrolled: registers stay with the fast path.
         const u16* hrow_again = h_row(p, row);
 #pragma unroll 1
-        for (int lv = lane; lv < NVC; lv += FP4_G) sq_buckets_add(buckets, load_vec(hrow_again + (v0 + lv) * 8));
+        for (int lv = lane; lv < NVC; lv += FP4_G)
+            sq_buckets_add(buckets, load_vec(hrow_again + (v0 + lv) * 8, VEC_N(v0 + lv)));
     }
 #if FP4_C == 1
     SQ_SYNC();  // every thread's squares are in before one thread reads the buckets
@@ -1006,7 +1011,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
     uint4 wv[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
-        if (lane + k * FP4_G < NVC) wv[k] = load_weight(p.w + (v0 + lane + k * FP4_G) * 8);
+        if (lane + k * FP4_G < NVC) wv[k] = load_weight(p.w + (v0 + lane + k * FP4_G) * 8, VEC_N(v0 + lane + k * FP4_G));
 #endif
     {
         const bool live = row < p.m;
@@ -1036,7 +1041,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
                     if (k0 + c < VPT && lv < NVC) {
                         xc[c] = LOAD_X(row, v0 + lv, xrow);
 #if FP4_RESIDUAL
-                        rc[c] = load_vec(rrow + (v0 + lv) * 8);
+                        rc[c] = load_vec(rrow + (v0 + lv) * 8, VEC_N(v0 + lv));
 #endif
                     }
                 }
