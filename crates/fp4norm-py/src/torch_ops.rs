@@ -245,23 +245,47 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
         if status != 0 || lib.is_null() {
             return Err(format!("registering the fp4norm {key} kernels failed"));
         }
-        let kernels: [(&str, extern "C-unwind" fn(*mut u64, u64, u64)); 16] = [
-            ("add_rmsnorm_fp4quant", boxed_add),
-            ("add_rmsnorm_fp4quant.both", boxed_add_both),
-            ("add_rmsnorm_fp4quant.out", boxed_add_out),
-            ("rmsnorm_fp4quant", boxed_rms),
-            ("rmsnorm_fp4quant.both", boxed_rms_both),
-            ("rmsnorm_fp4quant.out", boxed_rms_out),
+        // Each family's kernel is one function, its overloads told apart by its const
+        // parameters (see each: a residual, the overload, the fused all-reduce's inputs).
+        let kernels: [(&str, extern "C-unwind" fn(*mut u64, u64, u64)); 19] = [
+            ("add_rmsnorm_fp4quant", functional::<true, false, false>),
+            ("add_rmsnorm_fp4quant.both", functional::<true, true, false>),
+            ("add_rmsnorm_fp4quant.out", out_form::<true, false>),
+            ("rmsnorm_fp4quant", functional::<false, false, false>),
+            ("rmsnorm_fp4quant.both", functional::<false, true, false>),
+            ("rmsnorm_fp4quant.out", out_form::<false, false>),
             ("dequantize", boxed_dequantize),
-            ("rmsnorm_quant", boxed_rmsnorm_quant),
-            ("fused_add_rmsnorm_quant", boxed_fused_add_rmsnorm_quant),
-            ("add_rmsnorm_fp8quant", boxed_add_fp8),
-            ("add_rmsnorm_fp8quant.out", boxed_add_fp8_out),
-            ("rmsnorm_fp8quant", boxed_rms_fp8),
-            ("rmsnorm_fp8quant.out", boxed_rms_fp8_out),
-            ("allreduce_add_rmsnorm_fp4quant", boxed_allreduce),
-            ("allreduce_add_rmsnorm_fp4quant.both", boxed_allreduce_both),
-            ("allreduce_add_rmsnorm_fp4quant.out", boxed_allreduce_out),
+            ("rmsnorm_quant", static_quant::<false, false>),
+            ("fused_add_rmsnorm_quant", static_quant::<true, false>),
+            ("add_rmsnorm_fp8quant", dynamic_quant::<true, false, false>),
+            (
+                "add_rmsnorm_fp8quant.out",
+                dynamic_quant::<true, true, false>,
+            ),
+            ("rmsnorm_fp8quant", dynamic_quant::<false, false, false>),
+            ("rmsnorm_fp8quant.out", dynamic_quant::<false, true, false>),
+            // The fused all-reduce (SPEC.md §9): `Tensor[] inputs` in input's place.
+            (
+                "allreduce_add_rmsnorm_fp4quant",
+                functional::<true, false, true>,
+            ),
+            (
+                "allreduce_add_rmsnorm_fp4quant.both",
+                functional::<true, true, true>,
+            ),
+            ("allreduce_add_rmsnorm_fp4quant.out", out_form::<true, true>),
+            (
+                "allreduce_add_rmsnorm_fp8quant",
+                dynamic_quant::<true, false, true>,
+            ),
+            (
+                "allreduce_add_rmsnorm_fp8quant.out",
+                dynamic_quant::<true, true, true>,
+            ),
+            (
+                "allreduce_fused_add_rmsnorm_quant",
+                static_quant::<true, true>,
+            ),
         ];
         for (name, f) in kernels {
             let cname = CString::new(name).expect("no NUL");
@@ -816,9 +840,66 @@ impl OpArgs {
     }
 }
 
+/// The row tensors of one call, off the stack (all owned: released on every path), which
+/// every op of the family takes alike: the input, the residual (where the op has one), the
+/// weight and `y_out`. For a fused all-reduce (SPEC.md §9) the input is rank 0's, named
+/// `inputs[0]` in messages, and `ranks` are the other ranks' inputs (none for the other ops).
+struct RowTensors {
+    input: Tensor,
+    input_name: &'static str,
+    ranks: Vec<Tensor>,
+    residual: Option<Tensor>,
+    weight: Tensor,
+    y_out: Option<Tensor>,
+}
+
+impl RowTensors {
+    /// The row tensors, taken off the stack after every other argument (so that all are
+    /// released on any path): the input is argument `at`, or, with `list` (a fused
+    /// all-reduce's `Tensor[] inputs`, read from argument `at`), its first tensor, the others
+    /// being the other ranks' (1 to 8 ranks in all).
+    fn new(
+        s: &Stack,
+        at: usize,
+        list: RankList,
+        residual: Option<Tensor>,
+        weight: Tensor,
+        y_out: Option<Tensor>,
+    ) -> Result<Self, Fail> {
+        let (input, input_name, ranks) = match list {
+            None => (s.tensor(at), "input", Vec::new()),
+            Some(list) => {
+                let mut inputs = list?;
+                let most = fp4norm::raw::RANK_INPUT_NAMES.len() + 1;
+                if inputs.is_empty() {
+                    return value(
+                        "inputs is empty: the all-reduce needs the input of at least one rank"
+                            .into(),
+                    );
+                }
+                if inputs.len() > most {
+                    return value(format!(
+                        "{} ranks: the fused all-reduce sums 1 to {most}",
+                        inputs.len()
+                    ));
+                }
+                (inputs.remove(0), "inputs[0]", inputs)
+            }
+        };
+        Ok(RowTensors {
+            input,
+            input_name,
+            ranks,
+            residual,
+            weight,
+            y_out,
+        })
+    }
+}
+
 /// The row tensors of a call, checked: `input` (bf16 or f16, on CPU or CUDA, 2-D or 3-D
-/// rows), `residual` and `y_out` (its shape, dtype and device) and `weight` (`[H]`,
-/// contiguous, same dtype and device). Every op of the family reads them alike.
+/// rows), `residual`, `y_out` and the other ranks' inputs (its shape, dtype and device) and
+/// `weight` (`[H]`, contiguous, same dtype and device).
 struct Rows {
     x: Meta,
     place: Place,
@@ -827,17 +908,13 @@ struct Rows {
     residual: Option<RawMat>,
     weight: RawBuf,
     y_out: Option<RawMat>,
+    /// The other ranks' inputs of a fused all-reduce (see [`rank_rows`]).
+    ranks: Vec<RawMat>,
 }
 
-fn read_rows(
-    input_name: &'static str,
-    input: &Tensor,
-    residual: Option<&Tensor>,
-    weight: &Tensor,
-    y_out: Option<&Tensor>,
-) -> Result<Rows, Fail> {
+fn read_rows(t: &RowTensors) -> Result<Rows, Fail> {
     let c = &torch().codes;
-    let x = Meta::read(input_name, input)?;
+    let x = Meta::read(t.input_name, &t.input)?;
     x.need_dtype(&[c.bf16, c.f16])?;
     let place = Place::of(&x)?;
     x.check_storage()?;
@@ -848,34 +925,15 @@ fn read_rows(
     };
     let x_rows = x.rows()?;
     let h = x_rows.cols;
-    let same_kind = |meta: &Meta| -> Result<(), Fail> {
-        place.check(meta, &x)?;
-        if meta.dtype != x.dtype {
-            return Err(Fail::Type(format!(
-                "{} has dtype {} but input is {}: input, residual, weight and y_out must share \
-                 one dtype",
-                meta.name,
-                meta.dtype_name(),
-                x.dtype_name()
-            )));
-        }
-        Ok(())
-    };
-    let same_rows = |name: &'static str, t: &Tensor| -> Result<RawMat, Fail> {
-        let meta = Meta::read(name, t)?;
-        same_kind(&meta)?;
-        if meta.shape() != x.shape() {
-            return value(format!(
-                "{name} has shape {:?} but input has shape {:?}",
-                meta.shape(),
-                x.shape()
-            ));
-        }
-        meta.rows()
-    };
-    let residual = residual.map(|r| same_rows("residual", r)).transpose()?;
-    let w = Meta::read("weight", weight)?;
-    same_kind(&w)?;
+    let rule = "input, residual, weight and y_out must share one dtype";
+    let same_rows = |name, t| rows_like(name, t, place, &x, rule);
+    let residual = t
+        .residual
+        .as_ref()
+        .map(|r| same_rows("residual", r))
+        .transpose()?;
+    let w = Meta::read("weight", &t.weight)?;
+    same_kind(place, &x, &w, rule)?;
     if w.dim != 1 || w.sizes[0] as usize != h {
         return value(format!(
             "weight has shape {:?}; expected ({h},), one value per hidden element",
@@ -889,7 +947,12 @@ fn read_rows(
         ));
     }
     let weight = RawBuf::new(w.ptr, w.numel());
-    let y_out = y_out.map(|y| same_rows("y_out", y)).transpose()?;
+    let y_out = t
+        .y_out
+        .as_ref()
+        .map(|y| same_rows("y_out", y))
+        .transpose()?;
+    let ranks = rank_rows(place, &x, &t.ranks)?;
     Ok(Rows {
         x,
         place,
@@ -898,22 +961,16 @@ fn read_rows(
         residual,
         weight,
         y_out,
+        ranks,
     })
 }
 
 /// The tensors of one fused call, off the stack (all owned: released on every path).
 struct FusedTensors {
-    input: Tensor,
-    residual: Option<Tensor>,
-    weight: Tensor,
+    rows: RowTensors,
     global_scale: Option<Tensor>,
-    y_out: Option<Tensor>,
     /// Preallocated outputs (`.out`): y_fp4, block_scale, block_scale_unswizzled.
     outputs: Option<(Tensor, Tensor, Option<Tensor>)>,
-    /// `input`'s name in messages: `inputs[0]` for a fused all-reduce (SPEC.md §9), whose
-    /// `input` is rank 0's input and `ranks` the others' (none for the plain op).
-    input_name: &'static str,
-    ranks: Vec<Tensor>,
 }
 
 /// Checks the tensors' dtypes, devices and views and runs the call; with `alloc`, first
@@ -929,36 +986,9 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
         residual,
         weight,
         y_out,
-    } = read_rows(
-        t.input_name,
-        &t.input,
-        t.residual.as_ref(),
-        &t.weight,
-        t.y_out.as_ref(),
-    )?;
+        ranks: rank_rows,
+    } = read_rows(&t.rows)?;
     let (m, h) = (x_rows.rows, x_rows.cols);
-    // The other ranks' inputs of a fused all-reduce (SPEC.md §9): input's dtype, device and
-    // shape each; their row strides and overlaps are the validator's.
-    let mut rank_rows = Vec::with_capacity(t.ranks.len());
-    for (r, name) in t.ranks.iter().zip(fp4norm::raw::RANK_INPUT_NAMES) {
-        let meta = Meta::read(name, r)?;
-        place.check(&meta, &x)?;
-        if meta.dtype != x.dtype {
-            return Err(Fail::Type(format!(
-                "{name} has dtype {} but inputs[0] is {}: every rank's input must share one dtype",
-                meta.dtype_name(),
-                x.dtype_name()
-            )));
-        }
-        if meta.shape() != x.shape() {
-            return value(format!(
-                "{name} has shape {:?} but inputs[0] has shape {:?}",
-                meta.shape(),
-                x.shape()
-            ));
-        }
-        rank_rows.push(meta.rows()?);
-    }
     let global_scale = match &t.global_scale {
         Some(g) => {
             let meta = Meta::read("global_scale", g)?;
@@ -1059,20 +1089,13 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
         options: opts,
     };
     match place {
-        // SAFETY: every address and extent comes from a live CPU tensor of this call;
-        // run_host validates the call before touching them.
-        Place::Cpu if rank_rows.is_empty() => unsafe { run_host(&call, HostEngine::Cpu)? },
-        Place::Cpu => {
-            // On the host the ranks' sum comes first (SPEC.md §9), then the op on it.
-            // SAFETY: the ranks' rows are live CPU tensors of this call (their metadata).
-            let sum = unsafe { host_rank_sum(dtype, x_rows, &rank_rows)? };
-            let call = RawCall {
-                x: RawMat::contiguous(sum.as_ptr() as u64, m, h),
-                ..call
-            };
-            // SAFETY: as above; `sum` is a fresh buffer of M·H elements, alive until here.
-            unsafe { run_host(&call, HostEngine::Cpu)? }
-        }
+        // SAFETY: every address and extent comes from a live CPU tensor of this call (the
+        // ranks' inputs too); run_host validates the call before touching them.
+        Place::Cpu => unsafe {
+            on_host_sum(dtype, x_rows, &rank_rows, |x| {
+                run_host(&RawCall { x, ..call }, HostEngine::Cpu)
+            })?
+        },
         Place::Cuda(index) => launch_cuda(index, args.enable_pdl, |gpu, stream, opts| {
             // SAFETY: live CUDA tensors of device `index` (their metadata says so) and
             // PyTorch's current stream of that device; validated before launching.
@@ -1086,6 +1109,79 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
         })?,
     }
     Ok(allocated)
+}
+
+/// Refuses `meta` unless it is on `x`'s device and of its dtype (`rule` says why, in the
+/// message).
+fn same_kind(place: Place, x: &Meta, meta: &Meta, rule: &str) -> Result<(), Fail> {
+    place.check(meta, x)?;
+    if meta.dtype != x.dtype {
+        return Err(Fail::Type(format!(
+            "{} has dtype {} but {} is {}: {rule}",
+            meta.name,
+            meta.dtype_name(),
+            x.name,
+            x.dtype_name()
+        )));
+    }
+    Ok(())
+}
+
+/// Tensor `t` (argument `name`) as rows, checked to have `x`'s device, dtype ([`same_kind`])
+/// and shape: a row tensor of the call besides its input.
+fn rows_like(
+    name: &'static str,
+    t: &Tensor,
+    place: Place,
+    x: &Meta,
+    rule: &str,
+) -> Result<RawMat, Fail> {
+    let meta = Meta::read(name, t)?;
+    same_kind(place, x, &meta, rule)?;
+    if meta.shape() != x.shape() {
+        return value(format!(
+            "{name} has shape {:?} but {} has shape {:?}",
+            meta.shape(),
+            x.name,
+            x.shape()
+        ));
+    }
+    meta.rows()
+}
+
+/// The other ranks' inputs of a fused all-reduce (SPEC.md §9), `inputs[1]`, `inputs[2]`, …
+/// after `x` (rank 0's, `inputs[0]`), as rows: each of `x`'s dtype, device and shape, named
+/// in the error before anything is written (their row strides and overlaps are the
+/// validator's, which knows the rows of every buffer of the call).
+fn rank_rows(place: Place, x: &Meta, ranks: &[Tensor]) -> Result<Vec<RawMat>, Fail> {
+    let rule = "every rank's input must share one dtype";
+    ranks
+        .iter()
+        .zip(fp4norm::raw::RANK_INPUT_NAMES)
+        .map(|(r, name)| rows_like(name, r, place, x, rule))
+        .collect()
+}
+
+/// Runs `op` on the host over the call's input rows: `x` itself, or, with other ranks'
+/// inputs (`ranks`, SPEC.md §9), their sum with `x` in rank order, taken first into a fresh
+/// contiguous buffer (the host backends take one input; the sum is what every rank's op
+/// reads, so the bytes are those of the reference).
+///
+/// # Safety
+/// `x` and every matrix of `ranks` must address live host memory of its extent.
+unsafe fn on_host_sum(
+    dtype: DType,
+    x: RawMat,
+    ranks: &[RawMat],
+    op: impl FnOnce(RawMat) -> Result<(), Error>,
+) -> Result<(), Error> {
+    if ranks.is_empty() {
+        return op(x);
+    }
+    // SAFETY: the caller's guarantee.
+    let sum = unsafe { host_rank_sum(dtype, x, ranks)? };
+    // `sum` (M·H elements) lives until `op` returns.
+    op(RawMat::contiguous(sum.as_ptr() as u64, x.rows, x.cols))
 }
 
 /// SPEC.md §9's sum, in rank order, of host rows (`first`, then `more`, each `[M, H]` of
@@ -1171,15 +1267,14 @@ fn op_args(s: &Stack, first: usize) -> Result<OpArgs, Fail> {
 ///
 /// Schema (with residual): input, residual(a!), weight, global_scale?, eps, block_size,
 /// scale_format?, is_sf_swizzled_layout, y_out(b!)?, enable_pdl?, weight_bias. The fused
-/// all-reduce's (`all_reduce`) has `Tensor[] inputs` in input's place.
-fn functional(
+/// all-reduce's (`ALL_REDUCE`) has `Tensor[] inputs` in input's place. `RESIDUAL`: the op
+/// with a residual; `BOTH`: the `.both` overload.
+extern "C-unwind" fn functional<const RESIDUAL: bool, const BOTH: bool, const ALL_REDUCE: bool>(
     stack: *mut u64,
     n_args: u64,
     n_out: u64,
-    with_residual: bool,
-    both: bool,
-    all_reduce: bool,
 ) {
+    let (with_residual, both, all_reduce) = (RESIDUAL, BOTH, ALL_REDUCE);
     run_boxed(|| {
         let mut s = Stack {
             slots: stack,
@@ -1187,22 +1282,16 @@ fn functional(
         };
         let r = with_residual as usize;
         // Every argument is taken off the stack first, so that all are released on any path.
-        let list = all_reduce.then(|| s.tensor_list(0));
-        let (residual, weight) = (with_residual.then(|| s.tensor(1)), s.tensor(1 + r));
+        let (list, residual, weight) = leading_rows(&s, with_residual, all_reduce);
         let (global_scale, y_out) = (s.optional_tensor(2 + r), s.optional_tensor(7 + r));
-        let (input, input_name, ranks) = split_inputs(&s, list)?;
-        let tensors = FusedTensors {
-            input,
-            residual,
-            weight,
-            global_scale,
-            y_out,
-            outputs: None,
-            input_name,
-            ranks,
-        };
         let enable_pdl = s.optional_bool(8 + r);
-        let mut args = op_args(&s, 3 + r)?;
+        let args = op_args(&s, 3 + r);
+        let tensors = FusedTensors {
+            rows: RowTensors::new(&s, 0, list, residual, weight, y_out)?,
+            global_scale,
+            outputs: None,
+        };
+        let mut args = args?;
         args.enable_pdl = enable_pdl;
         args.weight_bias = s.f64(9 + r);
         let outs = fused(&tensors, &args, both)?.expect("functional form allocates");
@@ -1214,30 +1303,22 @@ fn functional(
     })
 }
 
-/// The call's input and its name: argument 0, or (`list`, a fused all-reduce's
-/// `Tensor[] inputs`) rank 0's input and the other ranks' (1 to 8 in all).
-fn split_inputs(
+/// A fused all-reduce's `Tensor[] inputs` as read off the stack (`None` for the other
+/// ops; the reading itself may have failed).
+type RankList = Option<Result<Vec<Tensor>, Fail>>;
+
+/// The row tensors every op with its input first takes first, off the stack: a fused
+/// all-reduce's `Tensor[] inputs` (argument 0; the input itself is read by
+/// [`RowTensors::new`] once every argument is off the stack), the residual (argument 1, where the op has one)
+/// and the weight (next).
+fn leading_rows(
     s: &Stack,
-    list: Option<Result<Vec<Tensor>, Fail>>,
-) -> Result<(Tensor, &'static str, Vec<Tensor>), Fail> {
-    let Some(list) = list else {
-        return Ok((s.tensor(0), "input", Vec::new()));
-    };
-    let mut inputs = list?;
-    if inputs.is_empty() {
-        return value(
-            "inputs is empty: the all-reduce needs the input of at least one rank".into(),
-        );
-    }
-    if inputs.len() > fp4norm::raw::RANK_INPUT_NAMES.len() + 1 {
-        return value(format!(
-            "{} ranks: the fused all-reduce sums 1 to {}",
-            inputs.len(),
-            fp4norm::raw::RANK_INPUT_NAMES.len() + 1
-        ));
-    }
-    let first = inputs.remove(0);
-    Ok((first, "inputs[0]", inputs))
+    with_residual: bool,
+    all_reduce: bool,
+) -> (RankList, Option<Tensor>, Tensor) {
+    let list = all_reduce.then(|| s.tensor_list(0));
+    let residual = with_residual.then(|| s.tensor(1));
+    (list, residual, s.tensor(1 + with_residual as usize))
 }
 
 /// `fp4norm::add_rmsnorm_fp4quant.out` / `rmsnorm_fp4quant.out`: writes preallocated outputs.
@@ -1245,33 +1326,33 @@ fn split_inputs(
 /// Schema (with residual): input, residual(a!), weight, y_fp4(b!), block_scale(c!),
 /// block_scale_unswizzled(d!)?, global_scale?, eps, block_size, scale_format?,
 /// is_sf_swizzled_layout, y_out(e!)?, enable_pdl?, weight_bias. A `block_scale_unswizzled` makes it a
-/// both-layouts call (`block_scale` then holds the swizzled layout).
-fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, all_reduce: bool) {
+/// both-layouts call (`block_scale` then holds the swizzled layout). `RESIDUAL` and
+/// `ALL_REDUCE` as for [`functional`].
+extern "C-unwind" fn out_form<const RESIDUAL: bool, const ALL_REDUCE: bool>(
+    stack: *mut u64,
+    n_args: u64,
+    n_out: u64,
+) {
+    let (with_residual, all_reduce) = (RESIDUAL, ALL_REDUCE);
     run_boxed(|| {
         let s = Stack {
             slots: stack,
             len: n_args.max(n_out) as usize,
         };
         let r = with_residual as usize;
-        let list = all_reduce.then(|| s.tensor_list(0));
+        let (list, residual, weight) = leading_rows(&s, with_residual, all_reduce);
         let unswizzled = s.optional_tensor(4 + r);
-        let (residual, weight) = (with_residual.then(|| s.tensor(1)), s.tensor(1 + r));
         let outputs = Some((s.tensor(2 + r), s.tensor(3 + r), unswizzled));
         let (global_scale, y_out) = (s.optional_tensor(5 + r), s.optional_tensor(10 + r));
-        let (input, input_name, ranks) = split_inputs(&s, list)?;
+        let enable_pdl = s.optional_bool(11 + r);
+        let args = op_args(&s, 6 + r);
         let tensors = FusedTensors {
-            input,
-            residual,
-            weight,
+            rows: RowTensors::new(&s, 0, list, residual, weight, y_out)?,
             outputs,
             global_scale,
-            y_out,
-            input_name,
-            ranks,
         };
-        let enable_pdl = s.optional_bool(11 + r);
         let both = tensors.outputs.as_ref().is_some_and(|o| o.2.is_some());
-        let mut args = op_args(&s, 6 + r)?;
+        let mut args = args?;
         args.enable_pdl = enable_pdl;
         args.weight_bias = s.f64(12 + r);
         if both {
@@ -1280,45 +1361,6 @@ fn out_form(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, all_r
         fused(&tensors, &args, both)?;
         Ok(())
     })
-}
-
-/// `fp4norm::allreduce_add_rmsnorm_fp4quant` (and `.both`, `.out`): the fused all-reduce
-/// of SPEC.md §9, `add_rmsnorm_fp4quant`'s arguments with `Tensor[] inputs` (every rank's,
-/// rank order) for `input`.
-extern "C-unwind" fn boxed_allreduce(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, true, false, true)
-}
-
-extern "C-unwind" fn boxed_allreduce_both(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, true, true, true)
-}
-
-extern "C-unwind" fn boxed_allreduce_out(stack: *mut u64, n_args: u64, n_out: u64) {
-    out_form(stack, n_args, n_out, true, true)
-}
-
-extern "C-unwind" fn boxed_add(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, true, false, false)
-}
-
-extern "C-unwind" fn boxed_add_both(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, true, true, false)
-}
-
-extern "C-unwind" fn boxed_rms(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, false, false, false)
-}
-
-extern "C-unwind" fn boxed_rms_both(stack: *mut u64, n_args: u64, n_out: u64) {
-    functional(stack, n_args, n_out, false, true, false)
-}
-
-extern "C-unwind" fn boxed_add_out(stack: *mut u64, n_args: u64, n_out: u64) {
-    out_form(stack, n_args, n_out, true, false)
-}
-
-extern "C-unwind" fn boxed_rms_out(stack: *mut u64, n_args: u64, n_out: u64) {
-    out_form(stack, n_args, n_out, false, false)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1430,10 +1472,7 @@ fn dequantize(
 
 /// The tensors of one FP8 call, off the stack (all owned: released on every path).
 struct Fp8Tensors {
-    input: Tensor,
-    residual: Option<Tensor>,
-    weight: Tensor,
-    y_out: Option<Tensor>,
+    rows: RowTensors,
     /// The per-tensor static scale (`rmsnorm_quant`, `fused_add_rmsnorm_quant`); none for
     /// dynamic scales.
     scale: Option<Tensor>,
@@ -1506,13 +1545,8 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
         residual,
         weight,
         y_out,
-    } = read_rows(
-        "input",
-        &t.input,
-        t.residual.as_ref(),
-        &t.weight,
-        t.y_out.as_ref(),
-    )?;
+        ranks: rank_rows,
+    } = read_rows(&t.rows)?;
     let (m, h) = (x_rows.rows, x_rows.cols);
     let out = match &t.out {
         Some(q) => {
@@ -1630,15 +1664,26 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
         options,
     };
     match place {
-        // SAFETY: every address and extent comes from a live CPU tensor of this call;
-        // run_host_fp8 validates the call before touching them.
-        Place::Cpu => {
-            unsafe { run_host_fp8(&call, HostEngine::Cpu) }.map_err(args::with_py_names)?
+        // SAFETY: every address and extent comes from a live CPU tensor of this call (the
+        // ranks' inputs too); run_host_fp8 validates the call before touching them.
+        Place::Cpu => unsafe {
+            on_host_sum(dtype, x_rows, &rank_rows, |x| {
+                run_host_fp8(&RawFp8Call { x, ..call }, HostEngine::Cpu)
+            })
         }
+        .map_err(args::with_py_names)?,
         Place::Cuda(index) => launch_cuda(index, a.enable_pdl, |gpu, stream, opts| {
-            // SAFETY: live CUDA tensors of device `index` (their metadata says so) and
-            // PyTorch's current stream of that device; validated before launching.
-            unsafe { gpu.launch_fp8_raw(stream, &call, opts) }.map_err(args::with_py_names)
+            // SAFETY: live CUDA tensors of device `index` (their metadata says so, the ranks'
+            // inputs too) and PyTorch's current stream of that device; validated (every
+            // rank's input with the rest) before launching.
+            unsafe {
+                if rank_rows.is_empty() {
+                    gpu.launch_fp8_raw(stream, &call, opts)
+                } else {
+                    gpu.launch_fp8_allreduce_raw(stream, &call, &rank_rows, opts)
+                }
+            }
+            .map_err(args::with_py_names)
         })?,
     }
     Ok(allocated)
@@ -1648,8 +1693,15 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
 /// the residual) in place, returns nothing.
 ///
 /// Schema (with residual): out(a!), input, residual(b!), weight, scale, eps, enable_pdl?,
-/// y_out(c!)?, weight_bias, element?.
-fn static_quant(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
+/// y_out(c!)?, weight_bias, element?. The fused all-reduce's (`ALL_REDUCE`,
+/// `allreduce_fused_add_rmsnorm_quant`) has `Tensor[] inputs` in input's place. `RESIDUAL`:
+/// `fused_add_rmsnorm_quant` rather than `rmsnorm_quant`.
+extern "C-unwind" fn static_quant<const RESIDUAL: bool, const ALL_REDUCE: bool>(
+    stack: *mut u64,
+    n_args: u64,
+    n_out: u64,
+) {
+    let (with_residual, all_reduce) = (RESIDUAL, ALL_REDUCE);
     run_boxed(|| {
         let s = Stack {
             slots: stack,
@@ -1657,17 +1709,17 @@ fn static_quant(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
         };
         let r = with_residual as usize;
         // Every argument is taken off the stack first, so that all are released on any path.
-        let tensors = Fp8Tensors {
-            out: Some(s.tensor(0)),
-            input: s.tensor(1),
-            residual: with_residual.then(|| s.tensor(2)),
-            weight: s.tensor(2 + r),
-            scale: Some(s.tensor(3 + r)),
-            y_out: s.optional_tensor(6 + r),
-            scales_out: None,
-        };
+        let list = all_reduce.then(|| s.tensor_list(1));
+        let (out, residual) = (s.tensor(0), with_residual.then(|| s.tensor(2)));
+        let (weight, scale, y_out) = (s.tensor(2 + r), s.tensor(3 + r), s.optional_tensor(6 + r));
         let enable_pdl = s.optional_bool(5 + r);
         let element = s.optional_str(8 + r);
+        let tensors = Fp8Tensors {
+            rows: RowTensors::new(&s, 1, list, residual, weight, y_out)?,
+            out: Some(out),
+            scale: Some(scale),
+            scales_out: None,
+        };
         let args = Fp8Args {
             scales: Fp8ScaleArgs::Static { element: element? },
             eps: s.f64(4 + r),
@@ -1685,7 +1737,19 @@ fn static_quant(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool) {
 ///
 /// Schema (with residual): input, residual(a!), weight, [out(b!), scales_out(c!),] element,
 /// group_size, scale_format, scale_layout, s_min, eps, y_out(d!)?, enable_pdl?, weight_bias.
-fn dynamic_quant(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, out_form: bool) {
+/// The fused all-reduce's (`ALL_REDUCE`, `allreduce_add_rmsnorm_fp8quant`) has
+/// `Tensor[] inputs` in input's place. `RESIDUAL`: the op with a residual; `OUT`: the `.out`
+/// overload.
+extern "C-unwind" fn dynamic_quant<
+    const RESIDUAL: bool,
+    const OUT: bool,
+    const ALL_REDUCE: bool,
+>(
+    stack: *mut u64,
+    n_args: u64,
+    n_out: u64,
+) {
+    let (with_residual, out_form, all_reduce) = (RESIDUAL, OUT, ALL_REDUCE);
     run_boxed(|| {
         let mut s = Stack {
             slots: stack,
@@ -1695,19 +1759,20 @@ fn dynamic_quant(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, 
         let k = 2 + r + if out_form { 2 } else { 0 };
         // Every argument is taken off the stack first (strings and boxes are freed as they
         // are read), so that all are released on any path.
-        let tensors = Fp8Tensors {
-            input: s.tensor(0),
-            residual: with_residual.then(|| s.tensor(1)),
-            weight: s.tensor(1 + r),
-            out: out_form.then(|| s.tensor(2 + r)),
-            scales_out: out_form.then(|| s.tensor(3 + r)),
-            scale: None,
-            y_out: s.optional_tensor(k + 6),
-        };
+        let (list, residual, weight) = leading_rows(&s, with_residual, all_reduce);
+        let out = out_form.then(|| s.tensor(2 + r));
+        let scales_out = out_form.then(|| s.tensor(3 + r));
+        let y_out = s.optional_tensor(k + 6);
         let element = s.string(k);
         let scale_format = s.string(k + 2);
         let scale_layout = s.string(k + 3);
         let enable_pdl = s.optional_bool(k + 7);
+        let tensors = Fp8Tensors {
+            rows: RowTensors::new(&s, 0, list, residual, weight, y_out)?,
+            out,
+            scales_out,
+            scale: None,
+        };
         let args = Fp8Args {
             scales: Fp8ScaleArgs::Dynamic {
                 element: element?,
@@ -1729,28 +1794,4 @@ fn dynamic_quant(stack: *mut u64, n_args: u64, n_out: u64, with_residual: bool, 
         }
         Ok(())
     })
-}
-
-extern "C-unwind" fn boxed_rmsnorm_quant(stack: *mut u64, n_args: u64, n_out: u64) {
-    static_quant(stack, n_args, n_out, false)
-}
-
-extern "C-unwind" fn boxed_fused_add_rmsnorm_quant(stack: *mut u64, n_args: u64, n_out: u64) {
-    static_quant(stack, n_args, n_out, true)
-}
-
-extern "C-unwind" fn boxed_add_fp8(stack: *mut u64, n_args: u64, n_out: u64) {
-    dynamic_quant(stack, n_args, n_out, true, false)
-}
-
-extern "C-unwind" fn boxed_add_fp8_out(stack: *mut u64, n_args: u64, n_out: u64) {
-    dynamic_quant(stack, n_args, n_out, true, true)
-}
-
-extern "C-unwind" fn boxed_rms_fp8(stack: *mut u64, n_args: u64, n_out: u64) {
-    dynamic_quant(stack, n_args, n_out, false, false)
-}
-
-extern "C-unwind" fn boxed_rms_fp8_out(stack: *mut u64, n_args: u64, n_out: u64) {
-    dynamic_quant(stack, n_args, n_out, false, true)
 }

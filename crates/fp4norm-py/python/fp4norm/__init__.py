@@ -65,6 +65,9 @@ __all__ = [
     "rmsnorm_fp8quant",
     "add_rmsnorm_mxfp8quant",
     "rmsnorm_mxfp8quant",
+    "allreduce_add_rmsnorm_fp8quant",
+    "allreduce_add_rmsnorm_mxfp8quant",
+    "allreduce_fused_add_rmsnorm_quant",
     "dequantize_fp8",
     "fp8_scale_sizes",
     "cuda_device_count",
@@ -593,6 +596,11 @@ def rmsnorm_fp8quant(
     )
 
 
+# MXFP8 (OCP MX): E4M3 elements, UE8M0 scales per 32 elements; the MXFP8 shorthands fix
+# these arguments of the FP8 functions.
+_MXFP8 = {"element": "e4m3", "group": 32, "scale_format": "ue8m0"}
+
+
 def add_rmsnorm_mxfp8quant(
     input: Array,
     residual: Array,
@@ -611,9 +619,8 @@ def add_rmsnorm_mxfp8quant(
     ``scale_layout="row-major"`` (``[..., H/32]``). ``H`` must be a multiple of 32.
     Returns ``(out, scales)``."""
     return add_rmsnorm_fp8quant(
-        input, residual, weight, out, scales_out, eps, element="e4m3", group=32,
-        scale_format="ue8m0", scale_layout=scale_layout, y_out=y_out, enable_pdl=enable_pdl,
-        weight_bias=weight_bias,
+        input, residual, weight, out, scales_out, eps, scale_layout=scale_layout, y_out=y_out,
+        enable_pdl=enable_pdl, weight_bias=weight_bias, **_MXFP8,
     )
 
 
@@ -631,8 +638,85 @@ def rmsnorm_mxfp8quant(
 ) -> Tuple[Array, Array]:
     """MXFP8 without a residual: :func:`add_rmsnorm_mxfp8quant` with ``h = input``."""
     return rmsnorm_fp8quant(
-        input, weight, out, scales_out, eps, element="e4m3", group=32, scale_format="ue8m0",
-        scale_layout=scale_layout, y_out=y_out, enable_pdl=enable_pdl, weight_bias=weight_bias,
+        input, weight, out, scales_out, eps, scale_layout=scale_layout, y_out=y_out,
+        enable_pdl=enable_pdl, weight_bias=weight_bias, **_MXFP8,
+    )
+
+
+def allreduce_add_rmsnorm_fp8quant(
+    inputs: Any, residual: Array, weight: Array, out: Optional[Array] = None,
+    scales_out: Optional[Array] = None, eps: float = 1e-6, **options: Any,
+) -> Tuple[Array, Array]:
+    """The tensor-parallel all-reduce fused in front of :func:`add_rmsnorm_fp8quant`
+    (SPEC.md §9, then §8), over the ranks' inputs gathered on this device, as
+    :func:`allreduce_add_rmsnorm_fp4quant` is in front of the FP4 op.
+
+    ``inputs`` is the list of every rank's input in rank order (1 to 8), each of the shape
+    and dtype of ``residual``; they are summed in float32 one addition at a time and rounded
+    once to the dtype, then :func:`add_rmsnorm_fp8quant` runs on the sum with this rank's
+    ``residual`` (updated in place to ``sum + residual``), ``weight`` and outputs: every rank
+    that calls it with the same inputs writes the same bytes, those of
+    :func:`fp4norm.reference.allreduce_add_rmsnorm_fp8quant`. ``out``, ``scales_out``,
+    ``eps`` and the keyword-only ``options`` (``scale``, ``element``, ``group``,
+    ``scale_format``, ``scale_layout``, ``s_min``, ``y_out``, ``enable_pdl``,
+    ``weight_bias``) are :func:`add_rmsnorm_fp8quant`'s, with its defaults and results.
+
+    On CUDA tensors one kernel reads every rank's input (e.g. the rows of an all-gather:
+    :func:`fp4norm.distributed.allreduce_add_rmsnorm_fp8quant`) and does it all; on host
+    arrays the sum is taken first. Torch tensors (CPU or CUDA) go through the
+    ``torch.ops.fp4norm.allreduce_add_rmsnorm_fp8quant`` operators (or, with a per-tensor
+    ``scale``, ``allreduce_fused_add_rmsnorm_quant``), which ``torch.compile`` traces and
+    CUDA graphs capture. A bad rank input raises ``fp4norm.ArgumentError`` /
+    ``ArgumentTypeError`` naming it (``inputs[k]``) before anything is written.
+    """
+    inputs = _api.rank_inputs(inputs, 8)
+    if isinstance(inputs[0], _Tensor):
+        tensors = _torch_ops.rank_tensors(inputs)
+        return _torch_ops.quant(
+            tensors[0], residual, weight, out, scales_out, eps, inputs=tensors, **options
+        )
+    return add_rmsnorm_fp8quant(
+        _api.allreduce_sum(inputs), residual, weight, out, scales_out, eps, **options
+    )
+
+
+def allreduce_add_rmsnorm_mxfp8quant(
+    inputs: Any, residual: Array, weight: Array, out: Optional[Array] = None,
+    scales_out: Optional[Array] = None, eps: float = 1e-6, **options: Any,
+) -> Tuple[Array, Array]:
+    """MXFP8 behind the fused all-reduce: :func:`allreduce_add_rmsnorm_fp8quant` with
+    E4M3 elements and UE8M0 scales per group of 32, as :func:`add_rmsnorm_mxfp8quant`
+    (whose keyword-only ``scale_layout``, default ``"swizzled"``, ``y_out``, ``enable_pdl``
+    and ``weight_bias`` are the ``options``)."""
+    options.setdefault("scale_layout", "swizzled")
+    return allreduce_add_rmsnorm_fp8quant(
+        inputs, residual, weight, out, scales_out, eps, **options, **_MXFP8
+    )
+
+
+def allreduce_fused_add_rmsnorm_quant(
+    out: Array, inputs: Any, residual: Array, weight: Array, scale: Union[Array, float],
+    eps: float = 1e-6, enable_pdl: Optional[bool] = None, *, y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
+) -> None:
+    """The fused all-reduce (SPEC.md §9) in front of :func:`fused_add_rmsnorm_quant`
+    (FlashInfer's per-tensor static scale): ``inputs``, every rank's input in rank order (1
+    to 8), summed as :func:`allreduce_add_rmsnorm_fp8quant` sums them, then
+    :func:`fused_add_rmsnorm_quant` on the sum with this rank's ``out``, ``residual``
+    (updated in place), ``weight`` and ``scale``; every other argument is its. On CUDA
+    tensors one kernel (the operator ``torch.ops.fp4norm.allreduce_fused_add_rmsnorm_quant``);
+    the bytes of :func:`fp4norm.reference.allreduce_fused_add_rmsnorm_quant`."""
+    inputs = _api.rank_inputs(inputs, 8)
+    if isinstance(inputs[0], _Tensor):
+        tensors = _torch_ops.rank_tensors(inputs)
+        _torch_ops.quant_static(
+            out, tensors[0], residual, weight, scale, eps, enable_pdl, y_out, weight_bias,
+            inputs=tensors,
+        )
+        return None
+    return fused_add_rmsnorm_quant(
+        out, _api.allreduce_sum(inputs), residual, weight, scale, eps, enable_pdl, y_out=y_out,
+        weight_bias=weight_bias,
     )
 
 

@@ -47,6 +47,10 @@ The FP8 family (SPEC.md §8):
   swizzled 128x4 layout; ``.out(input, residual, weight, out, scales_out, ...) -> ()``
   writes preallocated outputs.
 * ``rmsnorm_fp8quant`` and ``.out``: the same without ``residual``.
+* ``allreduce_add_rmsnorm_fp8quant(inputs, residual, weight, ...)`` and ``.out``, and
+  ``allreduce_fused_add_rmsnorm_quant(out, inputs, residual, weight, scale, ...)``: the FP8
+  operators with a residual, ``Tensor[] inputs`` (every rank's input, rank order, 1 to 8)
+  in ``input``'s place, as for the FP4 op: the ranks' sum (SPEC.md §9), then the op.
 
 A failure inside a native kernel reaches Python as RuntimeError whose message starts with
 ``fp4norm.ArgumentError:`` / ``fp4norm.ArgumentTypeError:`` / ``fp4norm.RuntimeError:``;
@@ -92,13 +96,6 @@ SCHEMAS = {
     "dequantize": "dequantize(Tensor y_fp4, Tensor block_scale, Tensor? global_scale=None, "
     "int block_size=16, str? scale_format=None, bool is_sf_swizzled_layout=False) -> Tensor",
 }
-# The fused all-reduce (SPEC.md §9): the residual op's overloads, every rank's input in
-# input's place.
-for _name in ("add_rmsnorm_fp4quant", "add_rmsnorm_fp4quant.both", "add_rmsnorm_fp4quant.out"):
-    SCHEMAS["allreduce_" + _name] = "allreduce_" + SCHEMAS[_name].replace(
-        "(Tensor input,", "(Tensor[] inputs,", 1
-    )
-
 # The FP8 family (SPEC.md §8). FlashInfer's two operators with their argument order, then
 # y_out, weight_bias and element (for a uint8 out); the dynamic-scale operators in the FP4
 # ones' pattern (a functional overload that allocates, `.out` for preallocated outputs).
@@ -126,6 +123,15 @@ SCHEMAS.update({
     "rmsnorm_fp8quant.out": "rmsnorm_fp8quant.out(Tensor input, Tensor weight, "
     f"Tensor(b!) out, Tensor(c!) scales_out, {_FP8_OPTIONS}, {_FP8_TAIL.format(y='d')} -> ()",
 })
+# The fused all-reduce (SPEC.md §9) in front of every op with a residual: its overloads with
+# every rank's input in input's place, so that the two can never disagree on the rest.
+for _name in (
+    "add_rmsnorm_fp4quant", "add_rmsnorm_fp4quant.both", "add_rmsnorm_fp4quant.out",
+    "add_rmsnorm_fp8quant", "add_rmsnorm_fp8quant.out", "fused_add_rmsnorm_quant",
+):
+    SCHEMAS["allreduce_" + _name] = "allreduce_" + SCHEMAS[_name].replace(
+        "Tensor input,", "Tensor[] inputs,", 1
+    )
 
 _LIB = torch.library.Library("fp4norm", "DEF")
 for _schema in SCHEMAS.values():
@@ -162,6 +168,9 @@ RMS_FP8_OUT = _ops.rmsnorm_fp8quant.out
 ALLREDUCE = _ops.allreduce_add_rmsnorm_fp4quant.default
 ALLREDUCE_BOTH = _ops.allreduce_add_rmsnorm_fp4quant.both
 ALLREDUCE_OUT = _ops.allreduce_add_rmsnorm_fp4quant.out
+ALLREDUCE_FP8 = _ops.allreduce_add_rmsnorm_fp8quant.default
+ALLREDUCE_FP8_OUT = _ops.allreduce_add_rmsnorm_fp8quant.out
+ALLREDUCE_QUANT = _ops.allreduce_fused_add_rmsnorm_quant.default
 
 
 # --------------------------------------------------------------------------------------
@@ -216,7 +225,7 @@ def _autograd_kernel(op: Any) -> Any:
 for _op in (
     ADD, ADD_BOTH, ADD_OUT, RMS, RMS_BOTH, RMS_OUT,
     RMS_QUANT, ADD_QUANT, ADD_FP8, ADD_FP8_OUT, RMS_FP8, RMS_FP8_OUT,
-    ALLREDUCE, ALLREDUCE_BOTH, ALLREDUCE_OUT,
+    ALLREDUCE, ALLREDUCE_BOTH, ALLREDUCE_OUT, ALLREDUCE_FP8, ALLREDUCE_FP8_OUT, ALLREDUCE_QUANT,
 ):
     _LIB.impl(_op._schema.name.split("::")[1] + (
         "." + _op._schema.overload_name if _op._schema.overload_name else ""
@@ -394,24 +403,21 @@ def _fake_rms_fp8(
     return _fake_fp8_outputs(input, element, group_size, scale_format, scale_layout)
 
 
-@torch.library.register_fake("fp4norm::rmsnorm_quant")
-def _fake_rmsnorm_quant(*args, **kwargs):
-    return None
+@torch.library.register_fake("fp4norm::allreduce_add_rmsnorm_fp8quant")
+def _fake_allreduce_fp8(
+    inputs, residual, weight, element="e4m3", group_size=-1, scale_format="f32",
+    scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None, enable_pdl=None, weight_bias=0.0,
+):
+    return _fake_fp8_outputs(inputs[0], element, group_size, scale_format, scale_layout)
 
 
-@torch.library.register_fake("fp4norm::fused_add_rmsnorm_quant")
-def _fake_fused_add_rmsnorm_quant(*args, **kwargs):
-    return None
-
-
-@torch.library.register_fake("fp4norm::add_rmsnorm_fp8quant.out")
-def _fake_add_fp8_out(*args, **kwargs):
-    return None
-
-
-@torch.library.register_fake("fp4norm::rmsnorm_fp8quant.out")
-def _fake_rms_fp8_out(*args, **kwargs):
-    return None
+# The operators that only write what they are given return nothing.
+for _written_only in (
+    "rmsnorm_quant", "fused_add_rmsnorm_quant", "add_rmsnorm_fp8quant.out",
+    "rmsnorm_fp8quant.out", "allreduce_add_rmsnorm_fp8quant.out",
+    "allreduce_fused_add_rmsnorm_quant",
+):
+    torch.library.register_fake("fp4norm::" + _written_only)(lambda *args, **kwargs: None)
 
 
 # --------------------------------------------------------------------------------------
@@ -746,12 +752,35 @@ def allreduce(
     """:func:`fp4norm.allreduce_add_rmsnorm_fp4quant` through the
     ``allreduce_add_rmsnorm_fp4quant`` operators (their Autograd kernel refuses tensors
     that require grad and advances the version counters)."""
-    inputs = list(inputs)
+    inputs = rank_tensors(inputs)
     return _call_operator(
         inputs[0], residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
         enable_pdl, y_out, weight_bias, inputs=inputs,
     )
+
+
+def rank_tensors(inputs: Any) -> list:
+    """The ranks' inputs of a fused all-reduce whose rank 0 is a tensor, checked to be
+    tensors each, as a list (the operators' ``Tensor[]``): refused here by name, where the
+    operator's argument parser would name only the list."""
+    for k, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            raise ArgumentTypeError(
+                f"inputs[{k}] is a {type(t).__name__} but inputs[0] is a torch.Tensor: pass "
+                "every rank's input as a torch tensor"
+            )
+    return list(inputs)
+
+
+def _route(input: Tensor, inputs: Optional[list]) -> Any:
+    """The tensor whose kind decides where an eager call goes (:func:`_backend_keys`):
+    ``input``, or for a fused all-reduce ``input`` only where every rank's input is a plain
+    tensor, else None (the dispatcher's way): a tensor subclass among them must see the
+    call."""
+    if inputs is None or all(type(t) is Tensor for t in inputs):
+        return input
+    return None
 
 
 def dequantize(
@@ -804,14 +833,19 @@ def dequantize(
 
 
 def _run(
-    op: Any, input: Tensor, args: Tuple[Any, ...], written: Tuple[Tuple[Any, str], ...]
+    op: Any,
+    input: Tensor,
+    args: Tuple[Any, ...],
+    written: Tuple[Tuple[Any, str], ...],
+    inputs: Optional[list] = None,
 ) -> Any:
     """One call of an FP8 operator from the Python functions, as :func:`fused` makes the FP4
     ones: traced as it is under torch.compile; in eager mode the work of its Autograd kernel
     (refusing to write a tensor that requires grad, advancing the version counters of the
     tensors it writes; ``written`` pairs each with its argument's name) is done here and
     the call goes straight to the CPU or CUDA kernel where nothing else would see it in the
-    dispatcher."""
+    dispatcher. ``input`` (with ``inputs``, the ranks' of a fused all-reduce) routes it
+    (:func:`_route`)."""
     try:
         if _is_compiling():
             return op(*args)
@@ -820,7 +854,7 @@ def _run(
             for t, name in written:
                 if isinstance(t, Tensor):
                     refuse_if_requires_grad(t, op._schema.name, name)
-        keys = _backend_keys(input)
+        keys = _backend_keys(_route(input, inputs))
         if keys is not None:
             result = op._handle.redispatch_boxed(keys, *args)
         else:
@@ -858,10 +892,12 @@ def quant_static(
     y_out: Any,
     weight_bias: Any,
     element: Optional[str] = None,
+    inputs: Optional[list] = None,
 ) -> Tensor:
     """:func:`fp4norm.fused_add_rmsnorm_quant` (``residual`` given) or
     :func:`fp4norm.rmsnorm_quant` through the operators; returns the scale tensor used.
-    ``element`` is given only for a uint8 ``out``."""
+    ``element`` is given only for a uint8 ``out``. With ``inputs`` (every rank's input,
+    ``input`` being the first) the fused all-reduce's operator."""
     scale = _fp8_scale(scale, input)
     tail = (eps, enable_pdl, y_out)
     if element is not None:
@@ -871,9 +907,10 @@ def quant_static(
     if residual is None:
         _run(RMS_QUANT, input, (out, input, weight, scale) + tail, ((out, "out"), (y_out, "y_out")))
     else:
+        op, rows = (ADD_QUANT, input) if inputs is None else (ALLREDUCE_QUANT, inputs)
         _run(
-            ADD_QUANT, input, (out, input, residual, weight, scale) + tail,
-            ((out, "out"), (residual, "residual"), (y_out, "y_out")),
+            op, input, (out, rows, residual, weight, scale) + tail,
+            ((out, "out"), (residual, "residual"), (y_out, "y_out")), inputs,
         )
     return scale
 
@@ -893,17 +930,26 @@ def quant_dynamic(
     y_out: Any,
     enable_pdl: Any,
     weight_bias: Any,
+    inputs: Optional[list] = None,
 ) -> Tuple[Tensor, Tensor]:
     """:func:`fp4norm.add_rmsnorm_fp8quant` (``residual`` given) or
     :func:`fp4norm.rmsnorm_fp8quant` with dynamic scales through the operators: the
     functional overload where no output is given, else ``.out`` (a missing one allocated
-    here); every check is the operator's."""
+    here); every check is the operator's. With ``inputs`` (every rank's input, ``input``
+    being the first) the fused all-reduce's operators."""
     options = (element, group_size, scale_format, scale_layout, s_min, eps, y_out, enable_pdl)
     options += _bias(weight_bias)
-    rows = (input, weight) if residual is None else (input, residual, weight)
+    if inputs is not None:
+        rows: Tuple[Any, ...] = (inputs, residual, weight)
+        ops = (ALLREDUCE_FP8, ALLREDUCE_FP8_OUT)
+    elif residual is None:
+        rows, ops = (input, weight), (RMS_FP8, RMS_FP8_OUT)
+    else:
+        rows, ops = (input, residual, weight), (ADD_FP8, ADD_FP8_OUT)
     if out is None and scales_out is None:
-        op = RMS_FP8 if residual is None else ADD_FP8
-        return _run(op, input, rows + options, ((residual, "residual"), (y_out, "y_out")))
+        return _run(
+            ops[0], input, rows + options, ((residual, "residual"), (y_out, "y_out")), inputs
+        )
     if out is None or scales_out is None:
         q_shape, s_shape = fp8_output_shapes(input, group_size, scale_layout)
         if out is None:
@@ -912,10 +958,10 @@ def quant_dynamic(
             scales_out = torch.empty(
                 s_shape, dtype=fp8_scale_dtype(scale_format), device=input.device
             )
-    op = RMS_FP8_OUT if residual is None else ADD_FP8_OUT
     _run(
-        op, input, rows + (out, scales_out) + options,
+        ops[1], input, rows + (out, scales_out) + options,
         ((out, "out"), (scales_out, "scales_out"), (residual, "residual"), (y_out, "y_out")),
+        inputs,
     )
     return out, scales_out
 
@@ -930,23 +976,28 @@ def quant(
     input: Tensor,
     residual: Optional[Tensor],
     weight: Any,
-    out: Any,
-    scales_out: Any,
-    eps: Any,
-    scale: Any,
-    element: Any,
-    group: Any,
-    scale_format: Any,
-    scale_layout: Any,
-    s_min: Any,
-    y_out: Any,
-    enable_pdl: Any,
-    weight_bias: Any,
+    out: Any = None,
+    scales_out: Any = None,
+    eps: Any = 1e-6,
+    scale: Any = None,
+    element: Any = None,
+    group: Any = None,
+    scale_format: Any = None,
+    scale_layout: Any = None,
+    s_min: Any = None,
+    y_out: Any = None,
+    enable_pdl: Any = None,
+    weight_bias: Any = None,
+    *,
+    inputs: Optional[list] = None,
 ) -> Tuple[Any, Any]:
     """:func:`fp4norm.add_rmsnorm_fp8quant` / :func:`fp4norm.rmsnorm_fp8quant` for torch
     tensors: a per-tensor ``scale`` through FlashInfer's operators (``out`` allocated where
     not given; a uint8 ``out`` with the element named), dynamic scales through
-    ``add_rmsnorm_fp8quant`` / ``rmsnorm_fp8quant``."""
+    ``add_rmsnorm_fp8quant`` / ``rmsnorm_fp8quant``. The defaults are those of
+    :func:`fp4norm.add_rmsnorm_fp8quant`, whose keyword-only arguments
+    :func:`fp4norm.allreduce_add_rmsnorm_fp8quant` passes on by name; with ``inputs``
+    (every rank's input, ``input`` being the first) the fused all-reduce's operators."""
     code = _dtype_code(out)
     elem = _api.fp8_element(element, code)
     if _api.fp8_per_tensor(scale, scales_out, group, scale_format, scale_layout, s_min):
@@ -954,12 +1005,12 @@ def quant(
             out = torch.empty(input.shape, dtype=fp8_dtype(elem), device=input.device)
         scale = quant_static(
             out, input, residual, weight, scale, eps, enable_pdl, y_out, weight_bias,
-            elem if code == "u8" else None,
+            elem if code == "u8" else None, inputs,
         )
         return out, scale
     return quant_dynamic(
         input, residual, weight, out, scales_out, elem, _api.fp8_group(group),
         "f32" if scale_format is None else scale_format,
         "row-major" if scale_layout is None else scale_layout,
-        0.0 if s_min is None else s_min, eps, y_out, enable_pdl, weight_bias,
+        0.0 if s_min is None else s_min, eps, y_out, enable_pdl, weight_bias, inputs,
     )

@@ -6,6 +6,8 @@ Same signatures and results as :func:`fp4norm.add_rmsnorm_fp4quant` and
 ``fp4norm::fp8::reference`` in Rust) as :func:`fp4norm.rmsnorm_quant`,
 :func:`fp4norm.fused_add_rmsnorm_quant`, :func:`fp4norm.add_rmsnorm_fp8quant` and
 :func:`fp4norm.rmsnorm_fp8quant`; much slower; torch CPU tensors and NumPy arrays only.
+The ``allreduce_*`` functions are the tensor-parallel contract (SPEC.md §9): the ranks'
+inputs summed in rank order, then the op.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ __all__ = [
     "fused_add_rmsnorm_quant",
     "add_rmsnorm_fp8quant",
     "rmsnorm_fp8quant",
+    "allreduce_add_rmsnorm_fp8quant",
+    "allreduce_fused_add_rmsnorm_quant",
 ]
 
 
@@ -209,4 +213,31 @@ def rmsnorm_fp8quant(
     return _api.fused_fp8(
         input, None, weight, out, scales_out, scale, element, group, scale_format,
         scale_layout, s_min, eps, y_out, None, weight_bias, backend="reference",
+    )
+
+
+def allreduce_add_rmsnorm_fp8quant(
+    inputs: Any, residual: Array, weight: Array, out: Optional[Array] = None,
+    scales_out: Optional[Array] = None, eps: float = 1e-6, **options: Any,
+) -> Tuple[Array, Array]:
+    """SPEC.md §9 in front of §8 (``fp4norm::fp8::reference::allreduce_add_rmsnorm_fp8quant``
+    in Rust): the ranks' ``inputs`` (a list of host arrays, rank order) summed in float32 one
+    addition at a time and rounded once to the dtype, then :func:`add_rmsnorm_fp8quant` on
+    that sum with this rank's ``residual``, ``weight`` and outputs; ``out``, ``scales_out``,
+    ``eps`` and the keyword-only ``options`` are its. The contract every transport of the
+    fused all-reduce must match, byte for byte."""
+    return add_rmsnorm_fp8quant(
+        _api.allreduce_sum(inputs), residual, weight, out, scales_out, eps, **options
+    )
+
+
+def allreduce_fused_add_rmsnorm_quant(
+    out: Array, inputs: Any, residual: Array, weight: Array, scale: Union[Array, float],
+    eps: float = 1e-6, *, y_out: Optional[Array] = None, weight_bias: Optional[float] = None,
+) -> None:
+    """:func:`allreduce_add_rmsnorm_fp8quant` for FlashInfer's per-tensor static scale:
+    :func:`fused_add_rmsnorm_quant` on the ranks' sum (SPEC.md §9)."""
+    fused_add_rmsnorm_quant(
+        out, _api.allreduce_sum(inputs), residual, weight, scale, eps, y_out=y_out,
+        weight_bias=weight_bias,
     )

@@ -43,6 +43,20 @@ def rand(rng: np.random.Generator, shape, code: str, scale: float = 1.0) -> np.n
     return v.astype(np_dtype(code))
 
 
+def rank_sum(ranks) -> np.ndarray:
+    """SPEC.md §9's reduction restated in NumPy, independently of fp4norm: the ranks' inputs
+    added in rank order in float32 (one rounding per addition), then rounded once to their
+    dtype (ml_dtypes' bfloat16 or float16), every NaN as the canonical 0x7FFF fp4norm
+    writes."""
+    with np.errstate(all="ignore"):  # Inf - Inf and overflow are part of the contract
+        acc = ranks[0].astype(np.float32)
+        for r in ranks[1:]:
+            acc = (acc + r.astype(np.float32)).astype(np.float32)
+        out = acc.astype(ranks[0].dtype)
+    out.view(np.uint16)[np.isnan(acc)] = 0x7FFF
+    return out
+
+
 def bits(a: np.ndarray) -> np.ndarray:
     """The raw bytes of an array (any dtype), for exact comparisons."""
     return np.ascontiguousarray(a).reshape(-1).view(np.uint8)

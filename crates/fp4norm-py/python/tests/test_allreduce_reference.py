@@ -10,14 +10,7 @@ import pytest
 
 import fp4norm
 from fp4norm import reference
-from fp4_helpers import np_dtype, same_bytes
-
-
-def numpy_sum(ranks):
-    acc = ranks[0].astype(np.float32)
-    for r in ranks[1:]:
-        acc = (acc + r.astype(np.float32)).astype(np.float32)
-    return acc.astype(ranks[0].dtype)
+from fp4_helpers import np_dtype, rank_sum as numpy_sum, same_bytes
 
 
 @pytest.mark.parametrize("code", ["bf16", "f16"])
