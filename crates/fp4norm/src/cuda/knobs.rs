@@ -134,19 +134,6 @@ pub(crate) fn pad_spread() -> Option<bool> {
     )
 }
 
-/// `FP4NORM_TOKEN_CANDIDATE=0|1`: per-token FP8 rows always take the second reduction (0),
-/// or their pass-1 candidate wherever the launch shape fits it (1); by default only calls
-/// of at most one row per SM do.
-pub(crate) fn token_candidate() -> Option<bool> {
-    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
-    switch_knob_once(
-        &KNOB,
-        "FP4NORM_TOKEN_CANDIDATE",
-        "per-token FP8 rows take their pass-1 candidate wherever the shape fits",
-        "per-token FP8 rows always take the second reduction",
-    )
-}
-
 /// `FP4NORM_L2_PREFETCH_ROWS=N`: the L2 prefetch fetches the row N ahead (the GPU tests: 1).
 pub(crate) fn l2_prefetch_rows() -> Option<u32> {
     static KNOB: OnceLock<Option<u32>> = OnceLock::new();

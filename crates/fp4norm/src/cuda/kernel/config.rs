@@ -3,7 +3,7 @@
 
 use super::launch_table::{
     demote_distance, launch_shape, pad_spread_wanted, shape_fits, swizzle_demote_tiles,
-    swizzle_keep_wanted, swizzle_split_wanted, token_candidate_wanted,
+    swizzle_keep_wanted, swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -60,11 +60,6 @@ pub struct Fp8Spec {
     /// Column-major scales `[H/G, Mp4]` (the `row_major` flag is the row-major layout;
     /// `swizzled` MXFP8's 128×4).
     pub column_major: bool,
-    /// Per-token rows take their amax from pass 1's candidate where it decides it, without
-    /// the second reduction (`FP8_TOKEN_CANDIDATE`, see [`KernelConfig::token_candidate_fits`]
-    /// and `token_candidate_wanted`); only with `per_token`. Defined only when set, so
-    /// other sources, and their cubins, are unchanged.
-    pub token_candidate: bool,
 }
 
 /// One specialisation: everything that is a compile-time constant of the kernel.
@@ -261,12 +256,9 @@ impl KernelConfig {
                 },
                 per_token,
                 column_major: layout == Some(Fp8ScaleLayout::ColumnMajor),
-                token_candidate: false,
             }),
             ar_ranks: 0,
         };
-        let wanted = per_token && token_candidate_wanted(p.m, limits);
-        cfg.set_token_candidate(wanted);
         // MXFP8's scales are an eighth of its codes' rows, as NVFP4's: the same demotion.
         cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
         cfg
@@ -284,33 +276,12 @@ impl KernelConfig {
             && !(per_token && shape.0 > 32 && shape.1 > 15);
         if fits {
             (self.threads_per_row, self.rows_per_cta, self.cluster) = shape;
-            // The candidate needs the weights in pass 1, which depends on the shape.
-            let wanted = self.fp8.is_some_and(|f| f.token_candidate);
-            self.set_token_candidate(wanted);
             // The wave, and so the demotion's distance, changes with the shape.
             if self.swizzle_demote_tiles > 0 {
                 self.swizzle_demote_tiles = demote_distance(self, limits);
             }
         }
         fits
-    }
-
-    /// Whether a per-token FP8 kernel of this shape can take its rows' amax from pass 1's
-    /// candidate (`FP8_TOKEN_CANDIDATE`): pass 1 must hold the row's weights, which the
-    /// kernel does for rows held in registers at up to two vectors per thread (its
-    /// `PREFETCH_W`).
-    pub fn token_candidate_fits(&self) -> bool {
-        self.fp8.is_some_and(|f| f.per_token)
-            && self.holds_rows_in_registers()
-            && self.vectors_per_thread() <= 2
-    }
-
-    /// Sets [`Fp8Spec::token_candidate`] to `wanted` where the shape fits it, else clears it.
-    fn set_token_candidate(&mut self, wanted: bool) {
-        let on = wanted && self.token_candidate_fits();
-        if let Some(f) = self.fp8.as_mut() {
-            f.token_candidate = on;
-        }
     }
 
     /// The swizzle pass that completes a fused call of this configuration, if it is split.
@@ -436,7 +407,7 @@ impl KernelConfig {
         } + &match self.fp8 {
             None => String::new(),
             Some(f) => format!(
-                "#define FP8_OUT 1\n#define FP8_E5M2 {}\n#define FP8_SCALING {}\n#define FP8_PER_TOKEN {}\n#define FP8_COL_MAJOR {}\n{}",
+                "#define FP8_OUT 1\n#define FP8_E5M2 {}\n#define FP8_SCALING {}\n#define FP8_PER_TOKEN {}\n#define FP8_COL_MAJOR {}\n",
                 b(f.e5m2),
                 match f.scaling {
                     Fp8KernelScaling::PerTensor => 0,
@@ -445,11 +416,6 @@ impl KernelConfig {
                 },
                 b(f.per_token),
                 b(f.column_major),
-                if f.token_candidate {
-                    "#define FP8_TOKEN_CANDIDATE 1\n"
-                } else {
-                    ""
-                },
             ) + &if self.h % 8 != 0 {
                 format!("#define FP8_TAIL {}\n", self.h % 8)
             } else {
@@ -535,12 +501,11 @@ impl KernelConfig {
         ) + &match self.fp8 {
             None => String::new(),
             Some(f) => format!(
-                " fp8={} {:?} per_token={} col_major={}{}",
+                " fp8={} {:?} per_token={} col_major={}",
                 if f.e5m2 { "e5m2" } else { "e4m3" },
                 f.scaling,
                 f.per_token,
-                f.column_major,
-                if f.token_candidate { " candidate" } else { "" }
+                f.column_major
             ),
         } + &if self.ar_ranks > 0 {
             format!(" ar_ranks={}", self.ar_ranks)
@@ -630,44 +595,5 @@ mod tests {
         assert!(cfg.try_launch_shape((64, 15, 1), &H200));
         assert!(!cfg.try_launch_shape((64, 16, 1), &H200));
         assert!(cfg.try_launch_shape((32, 16, 1), &H200)); // one warp per row: shuffles only
-    }
-
-    #[test]
-    fn per_token_rows_take_the_candidate_at_latency_sizes_where_pass_1_holds_the_weights() {
-        if std::env::var_os("FP4NORM_TOKEN_CANDIDATE").is_some() {
-            return; // the knob overrides the rule
-        }
-        use crate::fp8::{Fp8Element, Fp8Options};
-        let has = |cfg: &KernelConfig| {
-            let on = cfg.fp8.is_some_and(|f| f.token_candidate);
-            assert_eq!(
-                cfg.defines().contains("#define FP8_TOKEN_CANDIDATE 1\n"),
-                on
-            );
-            on
-        };
-        let token = Fp8Options::per_token(Fp8Element::E4M3);
-        // Up to one row per SM (132 on the H200), whatever the shape's cluster and warps.
-        for (m, h) in [(1, 4096), (16, 8192), (100, 8192), (132, 2048), (7, 16384)] {
-            assert!(has(&fp8_config(m, h, &token)), "{m} x {h}");
-        }
-        assert!(!has(&fp8_config(133, 4096, &token)));
-        assert!(!has(&fp8_config(4096, 8192, &token)));
-        // Never for other scalings, nor for per-token rows that are one group of the
-        // per-group kernel (H = 128).
-        assert!(!has(&fp8_config(1, 4096, &Fp8Options::mxfp8())));
-        assert!(!has(&fp8_config(
-            1,
-            4096,
-            &Fp8Options::per_tensor(Fp8Element::E4M3, 1.0)
-        )));
-        assert!(!has(&fp8_config(1, 128, &token)));
-        // A forced shape keeps it only where pass 1 still holds the weights (two vectors
-        // per thread at most).
-        let mut cfg = fp8_config(1, 8192, &token);
-        assert!(cfg.try_launch_shape((512, 1, 1), &H200)); // 1024 vectors: two per thread
-        assert!(has(&cfg));
-        assert!(cfg.try_launch_shape((256, 1, 1), &H200)); // four per thread
-        assert!(!has(&cfg));
     }
 }

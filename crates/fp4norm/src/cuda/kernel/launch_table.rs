@@ -187,15 +187,6 @@ pub fn swizzle_keep_wanted(m: usize, h: usize) -> bool {
     knobs::swizzle_keep().unwrap_or(m.saturating_mul(h) >= 1 << 24)
 }
 
-/// Whether per-token FP8 rows of a call of `m` rows take their amax from pass 1's
-/// candidate where it decides it (`FP8_TOKEN_CANDIDATE`): where the call's rows are its
-/// latency (at most one per SM), which the second reduction's barriers and cluster exchange
-/// lengthen; with many rows pass 1's bookkeeping costs more than the exchange it saves. The
-/// knob `FP4NORM_TOKEN_CANDIDATE=0|1` turns it off, or on wherever the shape fits it.
-pub fn token_candidate_wanted(m: usize, limits: &DeviceLimits) -> bool {
-    knobs::token_candidate().unwrap_or(m <= limits.sm_count as usize)
-}
-
 /// How many 128-row tiles behind its own row a CTA of a direct swizzled write with kept
 /// words ([`swizzle_keep_wanted`]) hands a share of the kept words back to L2's normal
 /// eviction (`FP4_SWZ_DEMOTE_TILES`; 0: never): one resident wave of rows, in tiles, plus

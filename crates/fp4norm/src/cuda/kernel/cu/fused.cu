@@ -611,96 +611,10 @@ __device__ __forceinline__ float cluster_max(float v) {
 #endif
 #endif
 
-#if defined(FP8_TOKEN_CANDIDATE)
-#if !FP8_PER_TOKEN || !PREFETCH_W
-#error "FP8_TOKEN_CANDIDATE is for per-token rows whose weights pass 1 holds (PREFETCH_W)"
-#endif
-// Per-token rows without the second reduction (the host sets FP8_TOKEN_CANDIDATE where the
-// row's latency is the call's: KernelConfig::fp8). Pass 1 also finds the row's candidate,
-// the element of largest P = RN32(|h| |w'|), and sends it through the reduction and the
-// cluster exchange that carry the sum of squares: its payload (|h| and w, bits) and P, with
-// a flag where another payload's P comes within 2^-20 of it. Every thread then computes
-// amax = |y| of the candidate from rstd, and rows where that cannot be the amax take the
-// second reduction (token_candidate_amax says when; docs/fp8-kernels.md has the proof).
-// P: non-negative float bits, compared as integers (a NaN product, 0x7FFFFFFF, is the
-// largest); bit 31 of the packed form is the flag.
-#define CAND_NEAR 0.99999904632568359375f  // 1 - 2^-20
-__device__ __forceinline__ u32 cand_near(u32 p) { return __float_as_uint(__fmul_rn(__uint_as_float(p), CAND_NEAR)); }
-
-// Pass 1, one vector: the thread's largest P (p1, its payload pay1) and the largest P of
-// another payload (p2). A weight past 2^32 (or NaN) counts as P = +Inf: its row is never
-// decided (the subnormal bound of the proof needs |w'| <= 2^32).
-__device__ __forceinline__ void cand_update(const Fp4NormParams& p, uint4 h, uint4 w, u32& p1, u32& p2, u32& pay1) {
-    const u32 hw[4] = {h.x, h.y, h.z, h.w}, ww[4] = {w.x, w.y, w.z, w.w};
-    float hf[8], wf[8];
-    unpack8(h, hf);
-    unpack8(w, wf);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        float wp = wf[i];
-#if defined(FP4_WBIAS)
-        wp = __fadd_rn(wp, p.weight_bias);
-#endif
-        u32 pb = __float_as_uint(__fmul_rn(fabsf(hf[i]), fabsf(wp)));
-        if ((__float_as_uint(wp) & 0x7FFFFFFFu) > 0x4F800000u) pb = 0x7F800000u;
-        const u32 pay = ((hw[i / 2] >> (16 * (i % 2))) & 0x7FFFu) | ((ww[i / 2] >> (16 * (i % 2))) << 16);
-        if (pb > p1) {
-            p2 = p1;
-            p1 = pb;
-            pay1 = pay;
-        } else if (pay != pay1) {
-            p2 = max(p2, pb);
-        }
-    }
-}
-
-// The candidate of a warp's 32 tuples (every lane calls it; lanes without one pass P = 0):
-// the largest P, the payload of its first lane, and the flag: set where a lane within 2^-20
-// of that P holds another payload, or its own flag.
-__device__ __forceinline__ void cand_warp(u32& p1, u32& pay, bool& flag) {
-    u32 pm;
-    asm("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(pm) : "r"(p1));
-    const int win = __ffs(__ballot_sync(0xFFFFFFFFu, p1 == pm)) - 1;
-    const u32 pw = __shfl_sync(0xFFFFFFFFu, pay, win);
-    const bool bad = p1 >= cand_near(pm) && (pay != pw || flag);
-    flag = __any_sync(0xFFFFFFFFu, bad);
-    p1 = pm;
-    pay = pw;
-}
-
-// The candidate of the packed tuples (P | flag << 31, payload) the warp's lanes hold, one
-// each (P = 0 where a lane has none), packed, in every lane.
-__device__ __forceinline__ uint2 cand_of_lanes(uint2 t) {
-    u32 p1 = t.x & 0x7FFFFFFFu, pay = t.y;
-    bool flag = (t.x >> 31) != 0;
-    cand_warp(p1, pay, flag);
-    return make_uint2(p1 | (flag ? 0x80000000u : 0u), pay);
-}
-
-// The row's amax from its packed candidate c and rstd, or -1 where the rule cannot decide:
-// the candidate flagged, P outside [2^-100, +Inf) (NaN, infinities, big weights, zero or
-// tiny rows), or |y| of the candidate below 2^-80 (or NaN). The same in every thread of the
-// row and of its cluster (the same tuples, merged in the same order), so the row takes the
-// second reduction, with its barriers, in all of them or in none.
-__device__ __forceinline__ float token_candidate_amax(const Fp4NormParams& p, uint2 c, float rstd) {
-    if ((c.x >> 31) != 0 || c.x < 0x0D800000u || c.x >= 0x7F800000u) return -1.0f;
-    float wp = elem_to_f32(c.y >> 16);
-#if defined(FP4_WBIAS)
-    wp = __fadd_rn(wp, p.weight_bias);
-#endif
-    const float a = fabsf(__fmul_rn(__fmul_rn(elem_to_f32(c.y & 0x7FFFu), rstd), wp));
-    return a >= 8.2718061255302767e-25f ? a : -1.0f;  // 2^-80
-}
-#define TOKEN_CANDIDATE 1
-#else
-#define TOKEN_CANDIDATE 0
-#endif
-
 // Pass 2 of one row for FP8: y, the scale(s), the codes. Arguments as the FP4 pass2_row's.
-// candidate: the row's packed pass-1 candidate (TOKEN_CANDIDATE; ignored otherwise).
 template <bool FROM_MEMORY>
 __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int lane, int v0, float rstd, float gs,
-                                          const uint4* hv, const uint4* wv, uint2 candidate = make_uint2(0u, 0u)) {
+                                          const uint4* hv, const uint4* wv) {
     const u16* hrow = h_row(p, row);
     u8* q_lane = p.q + row * (i64)FP4_H + (v0 + lane) * 8;
     asm volatile("" : "+l"(q_lane));
@@ -721,30 +635,19 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
     }
 #elif FP8_PER_TOKEN
     // The row's amax first (y_out written on the way), then y again and the codes: y is a
-    // pure function of h, rstd and w, so recomputing it gives the same values. With
-    // TOKEN_CANDIDATE the amax comes from pass 1's candidate where the rule decides it
-    // (the same answer in every thread of the row): no second reduction.
-#if TOKEN_CANDIDATE
-    float amax = FROM_MEMORY ? -1.0f : token_candidate_amax(p, candidate, rstd);
-    const bool second_reduction = amax < 0.0f;
-#else
+    // pure function of h, rstd and w, so recomputing it gives the same values.
     float amax = 0.0f;
-    constexpr bool second_reduction = true;
-#endif
-    if (second_reduction) {
-        amax = 0.0f;
 #pragma unroll (FROM_MEMORY ? 1 : 1024)
-        for (int k = 0; k < VPT; ++k) {
-            const int v = v0 + lane + k * FP4_G;
-            if (lane + k * FP4_G >= NVC) continue;
-            float y[8];
-            amax = fmax_nan(amax, normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, true));
-        }
-        amax = row_max(amax, lane, threadIdx.x / FP4_G);
-#if FP4_C > 1
-        amax = cluster_max<FROM_MEMORY>(amax);
-#endif
+    for (int k = 0; k < VPT; ++k) {
+        const int v = v0 + lane + k * FP4_G;
+        if (lane + k * FP4_G >= NVC) continue;
+        float y[8];
+        amax = fmax_nan(amax, normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, true));
     }
+    amax = row_max(amax, lane, threadIdx.x / FP4_G);
+#if FP4_C > 1
+    amax = cluster_max<FROM_MEMORY>(amax);
+#endif
     u32 written;
     float inv;
     fp8_group_scale(p, amax, written, inv);
@@ -754,7 +657,7 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         const int v = v0 + lane + k * FP4_G;
         if (lane + k * FP4_G >= NVC) continue;
         float y[8];
-        normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, !second_reduction);
+        normalise8(p, row, v, true, PASS2_H(k, v), PASS2_W(k, v), rstd, y, false);
         store_q8(Q_AT(k), fp8_encode8(y, inv), VEC_N(v));
     }
 #else
@@ -803,9 +706,6 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
 #undef PASS2_W
 }
 #endif  // FP8_OUT
-#ifndef TOKEN_CANDIDATE
-#define TOKEN_CANDIDATE 0
-#endif
 
 // Where this thread works: its lane in the row's thread group, its group (row) in the CTA,
 // the row, and (clusters split a row over CTAs) the CTA's rank and first vector of the row.
@@ -982,14 +882,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
     // fence.mbarrier_init.release.cluster, then a relaxed arrive: the PTX ISA's pattern
     // for publishing an mbarrier to the cluster). The barrier is used once (phase 0).
     __shared__ __align__(8) u64 cluster_bar;
-#if TOKEN_CANDIDATE
-    // (With the candidate: 16 bytes per part, the sum and the packed candidate.)
-    __shared__ __align__(16) u32 cluster_parts[FP4_C][4];
-#define CLUSTER_PART_BYTES 16
-#else
     __shared__ double cluster_parts[FP4_C];
-#define CLUSTER_PART_BYTES 8
-#endif
     if (threadIdx.x == 0) {
 #if defined(FP8_OUT) && FP8_PER_TOKEN
         // (The per-token amax exchange's barrier, published by the fence below.)
@@ -1002,7 +895,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
                      "mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
                      "mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t"
                      "fence.mbarrier_init.release.cluster; }"
-                     :: "r"(smem_addr(&cluster_bar)), "r"(FP4_C * CLUSTER_PART_BYTES) : "memory");
+                     :: "r"(smem_addr(&cluster_bar)), "r"(FP4_C * 8) : "memory");
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #endif
@@ -1018,9 +911,6 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
         uint4 hv[HOLD_IN_REGS ? VPT : 1];
         double ss = 0.0;
         float gs = 1.0f;
-#if TOKEN_CANDIDATE
-        u32 cand_p1 = 0, cand_p2 = 0, cand_pay = 0;
-#endif
         if (live) {
 #if FP4_GS == 1
             gs = p.gs[0];
@@ -1054,9 +944,6 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
 #if HOLD_IN_REGS
                         hv[k] = h;
 #endif
-#if TOKEN_CANDIDATE
-                        cand_update(p, h, wv[k], cand_p1, cand_p2, cand_pay);
-#endif
                     }
                 }
             }
@@ -1088,19 +975,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
 
         // Row sum of squares: warp shuffles, then across the row's warps through shared memory.
         ss = warp_sum(ss);
-#if TOKEN_CANDIDATE
-        uint2 candidate;
-        {
-            bool flag = cand_p2 >= cand_near(cand_p1);
-            cand_warp(cand_p1, cand_pay, flag);
-            candidate = make_uint2(cand_p1 | (flag ? 0x80000000u : 0u), cand_pay);
-        }
-#endif
 #if WARPS_PER_ROW > 1
-#if TOKEN_CANDIDATE
-        __shared__ uint2 cand_part[FP4_R][WARPS_PER_ROW];
-        if ((lane & 31) == 0) cand_part[group][lane >> 5] = candidate;
-#endif
         if ((lane & 31) == 0) partial[group][lane >> 5] = ss;
         __syncthreads();
 #if RSTD_BY_ONE_WARP
@@ -1109,14 +984,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
         // barrier, leaving their issue slots to the SM's other CTAs.
         __shared__ float rstd_of_row[FP4_R];
         __shared__ bool undecided_row[FP4_R];
-#if TOKEN_CANDIDATE
-        __shared__ uint2 cand_row[FP4_R];
-#endif
         if (lane < 32) {
-#if TOKEN_CANDIDATE
-            const uint2 c = cand_of_lanes(lane < WARPS_PER_ROW ? cand_part[group][lane] : make_uint2(0u, 0u));
-            if (lane == 0) cand_row[group] = c;
-#endif
             ss = 0.0;
 #pragma unroll
             for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[group][i]);
@@ -1128,16 +996,10 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             }
         }
         __syncthreads();
-#if TOKEN_CANDIDATE
-        candidate = cand_row[group];
-#endif
 #else
         ss = 0.0;
 #pragma unroll
         for (int i = 0; i < WARPS_PER_ROW; ++i) ss = __dadd_rn(ss, partial[group][i]);
-#if TOKEN_CANDIDATE
-        candidate = cand_of_lanes((lane & 31) < WARPS_PER_ROW ? cand_part[group][lane & 31] : make_uint2(0u, 0u));
-#endif
 #endif
 #endif
 #if FP4_C > 1
@@ -1159,15 +1021,8 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             u32 slot, bar;
             asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(slot) : "r"(smem_addr(&cluster_parts[rank])), "r"(threadIdx.x));
             asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(bar) : "r"(smem_addr(&cluster_bar)), "r"(threadIdx.x));
-#if TOKEN_CANDIDATE
-            const u64 ssb = (u64)__double_as_longlong(ss);
-            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
-                         :: "r"(slot), "r"((u32)ssb), "r"((u32)(ssb >> 32)), "r"(candidate.x), "r"(candidate.y), "r"(bar)
-                         : "memory");
-#else
             asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
                          :: "r"(slot), "l"(__double_as_longlong(ss)), "r"(bar) : "memory");
-#endif
         }
         // A relaxed wait and a cluster acquire fence restricted to shared memory, rather
         // than an acquiring wait: the PTX ISA's pattern for reading shared memory that
@@ -1195,19 +1050,8 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
         asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
 #endif
         ss = 0.0;
-#if TOKEN_CANDIDATE
-#pragma unroll
-        for (int r = 0; r < FP4_C; ++r)
-            ss = __dadd_rn(ss, __longlong_as_double((long long)(((u64)cluster_parts[r][1] << 32) | cluster_parts[r][0])));
-        {
-            // The cluster's candidate: lane r of each warp takes part r.
-            const int l = lane & 31;
-            candidate = cand_of_lanes(l < FP4_C ? make_uint2(cluster_parts[l][2], cluster_parts[l][3]) : make_uint2(0u, 0u));
-        }
-#else
 #pragma unroll
         for (int r = 0; r < FP4_C; ++r) ss = __dadd_rn(ss, cluster_parts[r]);
-#endif
 #endif
 
 #if RSTD_BY_ONE_WARP
@@ -1229,9 +1073,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             // (1.5 x) wherever the exact path will run, so that a redo which misses a byte
             // fails the tests. Constant-folded away otherwise.
             const float rstd_pass2 = (FP4_FORCE_EXACT_SUMSQ && mine_undecided) ? __fmul_rn(rstd, 1.5f) : rstd;
-#if TOKEN_CANDIDATE
-            pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, wv, candidate);
-#elif PREFETCH_W
+#if PREFETCH_W
             pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, wv);
 #else
             pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, nullptr);
