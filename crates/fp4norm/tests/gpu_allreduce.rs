@@ -12,14 +12,14 @@ mod sweep;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use fp4norm::cuda::{Gpu, LaunchOptions};
+use fp4norm::cuda::{Gpu, LaunchOptions, RawPeers};
 use fp4norm::{
     bf16, f16, reference, DType, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options, RawBuf,
     RawCall, RawGlobalScale, RawMat, ScaleFormat, ScaleLayout, ScaleOut,
 };
 use gpu_common::{first_diff, seed, upload, POISON};
 use rand::{Rng, SeedableRng};
-use sweep::allreduce::{allreduce_cases, ArCase};
+use sweep::allreduce::{allreduce_cases, peer_cases, ArCase};
 
 const GS: f32 = 1.7;
 
@@ -60,12 +60,21 @@ fn rank_inputs<T: Element>(c: &ArCase, rng: &mut rand::rngs::StdRng) -> Vec<Vec<
     ranks
 }
 
-fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-    g: &Gpu,
-    stream: &Arc<CudaStream>,
+/// A case's host data and the reference's bytes.
+struct RefCase<T> {
+    ranks: Vec<Vec<T>>,
+    r: Vec<T>,
+    w: Vec<T>,
+    q: Vec<u8>,
+    rm: Vec<u8>,
+    sw: Vec<u8>,
+    r_ref: Vec<T>,
+}
+
+fn reference_case<T: Element>(
     c: &ArCase,
     rng: &mut rand::rngs::StdRng,
-) -> Result<(), String> {
+) -> Result<RefCase<T>, String> {
     let (m, h) = (c.m, c.h);
     let p = c.problem();
     let ranks = rank_inputs::<T>(c, rng);
@@ -76,7 +85,6 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
         .map(|_| T::round_from_f32(rng.random_range(-2.0f32..2.0)))
         .collect();
     let opts = Options::default().with_format(c.format);
-    // The reference.
     let mut r_ref = r.clone();
     let mut q = vec![0u8; p.fp4_len()];
     let mut rm = vec![0u8; p.row_major_scales_len()];
@@ -110,6 +118,35 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
         &opts,
     )
     .map_err(|e| format!("reference: {e}"))?;
+    Ok(RefCase {
+        ranks,
+        r,
+        w,
+        q,
+        rm,
+        sw,
+        r_ref,
+    })
+}
+
+fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    stream: &Arc<CudaStream>,
+    c: &ArCase,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let (m, h) = (c.m, c.h);
+    let p = c.problem();
+    let opts = Options::default().with_format(c.format);
+    let RefCase {
+        ranks,
+        r,
+        w,
+        q,
+        rm,
+        sw,
+        r_ref,
+    } = reference_case::<T>(c, rng)?;
     // The GPU, buffers poisoned; unaligned views one element in.
     let off = c.misaligned as usize;
     let pad = |v: &[T]| -> Vec<T> {
@@ -219,6 +256,325 @@ fn gpu_allreduce_simulated_ranks_match_the_reference() {
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Words of each simulated rank's signal pad.
+const PAD_WORDS: usize = 1 << 14;
+
+/// Case `c` over peer access: W ranks as W grids on W streams of one GPU, each with its own
+/// buffer, signal pad, residual and outputs (poisoned), reading the others' buffers. Round
+/// 0 copies each rank's input into its buffer; round 1 passes the buffer as the input (no
+/// copy), after round 0 left the pads at 0. Every rank's bytes against the reference.
+fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    main: &Arc<CudaStream>,
+    streams: &[Arc<CudaStream>],
+    c: &ArCase,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let (m, h, nr) = (c.m, c.h, c.ranks);
+    let p = c.problem();
+    let opts = Options::default().with_format(c.format);
+    let rc = reference_case::<T>(c, rng)?;
+    let off = c.misaligned as usize;
+    let pad = |v: &[T]| -> Vec<T> {
+        let mut out = vec![T::from_bits(0x5555); off];
+        out.extend_from_slice(v);
+        out
+    };
+    let e = T::DTYPE.size() as u64;
+    let w_d = upload(main, &rc.w);
+    let gs_d = upload(main, &[GS]);
+    let xs: Vec<CudaSlice<T>> = rc.ranks.iter().map(|x| upload(main, &pad(x))).collect();
+    let bufs: Vec<CudaSlice<T>> = (0..nr)
+        .map(|_| upload(main, &vec![T::from_bits(0x5555); m * h]))
+        .collect();
+    let pads: Vec<CudaSlice<u32>> = (0..nr)
+        .map(|_| upload(main, &vec![0u32; PAD_WORDS]))
+        .collect();
+    let buf_ptrs: Vec<u64> = bufs.iter().map(|b| b.device_ptr(main).0).collect();
+    let pad_ptrs: Vec<u64> = pads.iter().map(|b| b.device_ptr(main).0).collect();
+    let bits = |v: &[T]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+    for round in 0..2 {
+        let rs: Vec<CudaSlice<T>> = (0..nr).map(|_| upload(main, &pad(&rc.r))).collect();
+        let qs: Vec<CudaSlice<u8>> = (0..nr)
+            .map(|_| upload(main, &vec![POISON; rc.q.len()]))
+            .collect();
+        let rms: Vec<CudaSlice<u8>> = (0..nr)
+            .map(|_| upload(main, &vec![POISON; rc.rm.len()]))
+            .collect();
+        let sws: Vec<CudaSlice<u8>> = (0..nr)
+            .map(|_| upload(main, &vec![POISON; rc.sw.len()]))
+            .collect();
+        main.synchronize().map_err(|e| format!("uploads: {e}"))?;
+        let mat = |ptr: u64| RawMat {
+            ptr,
+            rows: m,
+            cols: h,
+            row_stride: h,
+            len: Some(m * h),
+        };
+        let bp = |s: &CudaSlice<u8>, n: usize| RawBuf::new(s.device_ptr(main).0, n);
+        for k in 0..nr {
+            let x = if round == 0 {
+                mat(xs[k].device_ptr(main).0 + off as u64 * e)
+            } else {
+                mat(buf_ptrs[k])
+            };
+            let call = RawCall {
+                dtype: T::DTYPE,
+                x,
+                residual: Some(mat(rs[k].device_ptr(main).0 + off as u64 * e)),
+                weight: RawBuf::new(w_d.device_ptr(main).0, h),
+                y_fp4: bp(&qs[k], rc.q.len()),
+                scales: match c.layout {
+                    ScaleLayout::RowMajor => ScaleOut::RowMajor(bp(&rms[k], rc.rm.len())),
+                    ScaleLayout::Swizzled => ScaleOut::Swizzled(bp(&sws[k], rc.sw.len())),
+                    ScaleLayout::Both => ScaleOut::Both {
+                        row_major: bp(&rms[k], rc.rm.len()),
+                        swizzled: bp(&sws[k], rc.sw.len()),
+                    },
+                },
+                y_out: None,
+                global_scale: RawGlobalScale::Uniform(RawBuf::new(gs_d.device_ptr(main).0, 1)),
+                options: opts,
+            };
+            let peers = RawPeers {
+                buffers: &buf_ptrs,
+                row_stride: h,
+                signal_pads: &pad_ptrs,
+                signal_pad_words: PAD_WORDS,
+                rank: k,
+            };
+            // SAFETY: every buffer is a live allocation of this device holding the extents
+            // given, and every rank's call is made (the same case) before any is awaited.
+            unsafe {
+                g.launch_allreduce_peer_raw(
+                    streams[k].cu_stream(),
+                    &call,
+                    &peers,
+                    &LaunchOptions::default(),
+                )
+            }
+            .map_err(|e| format!("round {round}, rank {k}: launch failed: {e}"))?;
+        }
+        for (k, s) in streams[..nr].iter().enumerate() {
+            s.synchronize()
+                .map_err(|e| format!("round {round}, rank {k}: kernel failed: {e}"))?;
+        }
+        for k in 0..nr {
+            let at = |what: &str| format!("round {round}, rank {k}: {what}");
+            first_diff(
+                &at("y_fp4"),
+                &main.clone_dtoh(&qs[k]).unwrap(),
+                &rc.q,
+                h / 2,
+            )?;
+            if c.layout.has_row_major() {
+                first_diff(
+                    &at("row-major scales"),
+                    &main.clone_dtoh(&rms[k]).unwrap(),
+                    &rc.rm,
+                    p.n_blocks(),
+                )?;
+            }
+            if c.layout.has_swizzled() {
+                first_diff(
+                    &at("swizzled scales"),
+                    &main.clone_dtoh(&sws[k]).unwrap(),
+                    &rc.sw,
+                    512,
+                )?;
+            }
+            let got_r: Vec<T> = main.clone_dtoh(&rs[k]).unwrap();
+            first_diff(&at("residual"), &bits(&got_r[off..]), &bits(&rc.r_ref), h)?;
+            let got_buf: Vec<T> = main.clone_dtoh(&bufs[k]).unwrap();
+            first_diff(
+                &at("its buffer (its input)"),
+                &bits(&got_buf),
+                &bits(&rc.ranks[k]),
+                h,
+            )?;
+            let got_x: Vec<T> = main.clone_dtoh(&xs[k]).unwrap();
+            if bits(&got_x[off..]) != bits(&rc.ranks[k]) {
+                return Err(at("its input was written"));
+            }
+            let got_pad: Vec<u32> = main.clone_dtoh(&pads[k]).unwrap();
+            if let Some(i) = got_pad.iter().position(|&w| w != 0) {
+                return Err(at(&format!("signal word {i} left at {}", got_pad[i])));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_allreduce_peer_ranks_on_streams_match_the_reference() {
+    let g = require_gpu!("gpu_allreduce_peer_ranks_on_streams_match_the_reference");
+    // A rank whose peers never arrive waits forever: a watchdog turns a hang into a failure.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(120));
+            if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("FAIL the peer-access cases did not finish in 120 s (ranks waiting for each other)");
+                std::process::abort();
+            }
+        });
+    }
+    let main = g.context().new_stream().unwrap();
+    let streams: Vec<Arc<CudaStream>> = (0..8).map(|_| g.context().new_stream().unwrap()).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x9ee7);
+    let cases = peer_cases();
+    let mut failures = Vec::new();
+    for c in &cases {
+        let res = match c.dtype {
+            DType::BF16 => run_peer_case::<bf16>(g, &main, &streams, c, &mut rng),
+            DType::F16 => run_peer_case::<f16>(g, &main, &streams, c, &mut rng),
+        };
+        if let Err(e) = res {
+            failures.push(format!("{c:?}: {e}"));
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
+    eprintln!(
+        "all-reduce over peer access: {} cases (2 rounds each), {} failed",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn gpu_allreduce_peer_refuses_bad_ranks_before_writing() {
+    let g = require_gpu!("gpu_allreduce_peer_refuses_bad_ranks_before_writing");
+    let stream = g.context().new_stream().unwrap();
+    let (m, h) = (4usize, 64usize);
+    let x0 = upload(&stream, &vec![bf16::ONE; m * h]);
+    let b0 = upload(&stream, &vec![bf16::ONE; m * h]);
+    let b1 = upload(&stream, &vec![bf16::ONE; m * h]);
+    let r_d = upload(&stream, &vec![bf16::ONE; m * h]);
+    let w_d = upload(&stream, &vec![bf16::ONE; h]);
+    let q_d = upload(&stream, &vec![POISON; m * h / 2]);
+    let rm_d = upload(&stream, &vec![POISON; m * h / 16]);
+    let s0 = upload(&stream, &vec![0u32; 64]);
+    let s1 = upload(&stream, &vec![0u32; 64]);
+    let ptr = |s: &CudaSlice<bf16>| s.device_ptr(&stream).0;
+    let mat = |p: u64| RawMat {
+        ptr: p,
+        rows: m,
+        cols: h,
+        row_stride: h,
+        len: Some(m * h),
+    };
+    let call = RawCall {
+        dtype: DType::BF16,
+        x: mat(ptr(&x0)),
+        residual: Some(mat(ptr(&r_d))),
+        weight: RawBuf::new(w_d.device_ptr(&stream).0, h),
+        y_fp4: RawBuf::new(q_d.device_ptr(&stream).0, m * h / 2),
+        scales: ScaleOut::RowMajor(RawBuf::new(rm_d.device_ptr(&stream).0, m * h / 16)),
+        y_out: None,
+        global_scale: RawGlobalScale::None,
+        options: Options::nvfp4(),
+    };
+    let bufs = [ptr(&b0), ptr(&b1)];
+    let sigs = [s0.device_ptr(&stream).0, s1.device_ptr(&stream).0];
+    let peers = RawPeers {
+        buffers: &bufs,
+        row_stride: h,
+        signal_pads: &sigs,
+        signal_pad_words: 64,
+        rank: 0,
+    };
+    let nine = [bufs[0]; 9];
+    let nine_pads = [sigs[0]; 9];
+    let r_as_own = [ptr(&r_d), bufs[1]];
+    let bad: [(&str, RawPeers, RawCall); 7] = [
+        (
+            "nine ranks",
+            RawPeers {
+                buffers: &nine,
+                signal_pads: &nine_pads,
+                ..peers
+            },
+            call,
+        ),
+        (
+            "a pad missing",
+            RawPeers {
+                signal_pads: &sigs[..1],
+                ..peers
+            },
+            call,
+        ),
+        ("rank 2 of 2", RawPeers { rank: 2, ..peers }, call),
+        (
+            "rows shorter than H",
+            RawPeers {
+                row_stride: h - 8,
+                ..peers
+            },
+            call,
+        ),
+        (
+            "pads too small",
+            RawPeers {
+                signal_pad_words: 1,
+                ..peers
+            },
+            call,
+        ),
+        (
+            "its buffer is the residual",
+            RawPeers {
+                buffers: &r_as_own,
+                ..peers
+            },
+            call,
+        ),
+        (
+            "no residual",
+            peers,
+            RawCall {
+                residual: None,
+                ..call
+            },
+        ),
+    ];
+    for (what, peers, call) in bad {
+        // SAFETY: live allocations; every case is refused before anything is launched.
+        let res = unsafe {
+            g.launch_allreduce_peer_raw(
+                stream.cu_stream(),
+                &call,
+                &peers,
+                &LaunchOptions::default(),
+            )
+        };
+        assert!(res.is_err(), "{what}: accepted");
+        eprintln!("{what}: {}", res.unwrap_err());
+    }
+    stream.synchronize().unwrap();
+    assert!(stream
+        .clone_dtoh(&q_d)
+        .unwrap()
+        .iter()
+        .all(|&b| b == POISON));
+    assert!(stream
+        .clone_dtoh(&rm_d)
+        .unwrap()
+        .iter()
+        .all(|&b| b == POISON));
+    let r: Vec<bf16> = stream.clone_dtoh(&r_d).unwrap();
+    assert!(
+        r.iter().all(|&v| v == bf16::ONE),
+        "the residual was written"
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@ mod sweep;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
-use fp4norm::cuda::{internal, Gpu, LaunchOptions};
+use fp4norm::cuda::{internal, Gpu, LaunchOptions, RawPeers};
 use fp4norm::fp8::{self, Fp8Out, Fp8ScaleFormat, Fp8Scales, Fp8Scaling, RawFp8Call};
 use fp4norm::{bf16, f16, DType, Element, MatMut, MatRef, RawBuf, RawMat};
 use gpu_common::{first_diff, seed, upload, POISON};
@@ -167,6 +167,138 @@ fn check_on_gpu<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidA
     check_on_gpu_with_ranks(g, stream, c, hc, &[])
 }
 
+/// Unaligned views start one element (and the codes one byte, the scales one element) into
+/// their allocation; GUARD elements follow each written buffer (a write past the last row's
+/// end shows there).
+const GUARD: usize = 16;
+
+/// One rank's device buffers of a case: its input `x` and residual (from the host case),
+/// the outputs poisoned.
+struct DevCase<T: cudarc::driver::DeviceRepr> {
+    x: CudaSlice<T>,
+    r: CudaSlice<T>,
+    w: CudaSlice<T>,
+    q: CudaSlice<u8>,
+    sf: CudaSlice<u8>,
+    y: CudaSlice<T>,
+    s: CudaSlice<f32>,
+}
+
+fn padded<T: Element>(c: &Fp8Case, v: &[T]) -> Vec<T> {
+    let off = c.misaligned as usize;
+    let mut out = vec![T::from_bits(0x5555); off];
+    out.extend_from_slice(v);
+    out.extend_from_slice(&[T::from_bits(0x5555); GUARD]);
+    out
+}
+
+impl<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits> DevCase<T> {
+    fn upload(stream: &Arc<CudaStream>, c: &Fp8Case, hc: &Host<T>, x: &[T]) -> Self {
+        let off = c.misaligned as usize;
+        let s_off = off * c.problem().scale_element_bytes();
+        DevCase {
+            x: upload(stream, &padded(c, x)),
+            r: upload(stream, &padded(c, &hc.r)),
+            w: upload(stream, &hc.w),
+            q: upload(stream, &vec![POISON; hc.q.len() + off + GUARD]),
+            sf: upload(stream, &vec![POISON; hc.scales.len() + s_off]),
+            y: upload(stream, &padded(c, &vec![T::from_bits(0xAAAA); hc.y.len()])),
+            s: upload(stream, &[call_options(c).0.unwrap_or(0.0)]),
+        }
+    }
+
+    /// The call over these buffers, with `x` at `x_ptr` where given.
+    fn call(
+        &self,
+        stream: &Arc<CudaStream>,
+        c: &Fp8Case,
+        hc: &Host<T>,
+        x_ptr: Option<u64>,
+    ) -> RawFp8Call {
+        let p = c.problem();
+        let (m, h) = (c.m, c.h);
+        let off = c.misaligned as usize;
+        let s_off = off * p.scale_element_bytes();
+        let (in_memory, options) = call_options(c);
+        let e = T::DTYPE.size() as u64;
+        let ptr = |s: &CudaSlice<T>| s.device_ptr(stream).0 + off as u64 * e;
+        let mat = |ptr: u64, len: usize| RawMat {
+            ptr,
+            rows: m,
+            cols: h,
+            row_stride: h,
+            len: Some(len),
+        };
+        RawFp8Call {
+            dtype: T::DTYPE,
+            x: mat(x_ptr.unwrap_or_else(|| ptr(&self.x)), hc.x.len()),
+            residual: c.residual.then(|| mat(ptr(&self.r), hc.r.len())),
+            weight: RawBuf::new(self.w.device_ptr(stream).0, h),
+            q: RawBuf::new(self.q.device_ptr(stream).0 + off as u64, hc.q.len()),
+            scales: p
+                .scale_format()
+                .map(|_| RawBuf::new(self.sf.device_ptr(stream).0 + s_off as u64, p.scales_len())),
+            static_scale: in_memory.map(|_| RawBuf::new(self.s.device_ptr(stream).0, 1)),
+            y_out: c.y_out.then(|| mat(ptr(&self.y), hc.y.len())),
+            options,
+        }
+    }
+
+    /// The outputs against the reference's bytes `hc`; `x` unchanged.
+    fn verify(
+        &self,
+        stream: &Arc<CudaStream>,
+        c: &Fp8Case,
+        hc: &Host<T>,
+        x: &[T],
+    ) -> Result<(), String> {
+        let p = c.problem();
+        let h = c.h;
+        let off = c.misaligned as usize;
+        let s_off = off * p.scale_element_bytes();
+        let got_q: Vec<u8> = stream.clone_dtoh(&self.q).unwrap();
+        first_diff("q", &got_q[off..off + hc.q.len()], &hc.q, h)?;
+        if got_q[off + hc.q.len()..].iter().any(|&b| b != POISON) {
+            return Err("q: a byte past the last row was written".into());
+        }
+        if !hc.scales.is_empty() {
+            let got: Vec<u8> = stream.clone_dtoh(&self.sf).unwrap();
+            first_diff(
+                "scales (bytes)",
+                &got[s_off..s_off + hc.scales.len()],
+                &hc.scales,
+                p.n_groups().max(1) * p.scale_element_bytes(),
+            )?;
+        }
+        let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
+        let got_r: Vec<T> = stream.clone_dtoh(&self.r).unwrap();
+        let want_r = if c.residual { &hc.r_out } else { &hc.r };
+        first_diff(
+            "residual",
+            &bits(&got_r[off..off + want_r.len()]),
+            &bits(want_r),
+            h,
+        )?;
+        let guard_intact =
+            |got: &[T], len: usize| bits(&got[off + len..]).iter().all(|&b| b == 0x5555);
+        if !guard_intact(&got_r, want_r.len()) {
+            return Err("residual: an element past the last row was written".into());
+        }
+        if c.y_out {
+            let got: Vec<T> = stream.clone_dtoh(&self.y).unwrap();
+            first_diff("y_out", &bits(&got[off..off + hc.y.len()]), &bits(&hc.y), h)?;
+            if !guard_intact(&got, hc.y.len()) {
+                return Err("y_out: an element past the last row was written".into());
+            }
+        }
+        let got_x: Vec<T> = stream.clone_dtoh(&self.x).unwrap();
+        if bits(&got_x[off..off + x.len()]) != bits(x) {
+            return Err("the input was written".into());
+        }
+        Ok(())
+    }
+}
+
 /// [`check_on_gpu`] with the all-reduce in front (SPEC.md §9): `hc.x` is rank 0's input,
 /// `others` ranks 1, 2, ...'s (each left unchanged), `hc`'s outputs the reference's on
 /// their sum.
@@ -179,52 +311,25 @@ fn check_on_gpu_with_ranks<
     hc: &Host<T>,
     others: &[Vec<T>],
 ) -> Result<(), String> {
-    let p = c.problem();
     let (m, h) = (c.m, c.h);
-    // Unaligned views start one element (and the codes one byte, the scales one element)
-    // into their allocation; GUARD elements follow each written buffer (a write past the
-    // last row's end shows there).
-    const GUARD: usize = 16;
     let off = c.misaligned as usize;
-    let pad = |v: &[T]| -> Vec<T> {
-        let mut out = vec![T::from_bits(0x5555); off];
-        out.extend_from_slice(v);
-        out.extend_from_slice(&[T::from_bits(0x5555); GUARD]);
-        out
-    };
-    let s_off = off * p.scale_element_bytes();
-    let x_d = upload(stream, &pad(&hc.x));
-    let r_d = upload(stream, &pad(&hc.r));
-    let w_d = upload(stream, &hc.w);
-    let q_d = upload(stream, &vec![POISON; hc.q.len() + off + GUARD]);
-    let sf_d = upload(stream, &vec![POISON; hc.scales.len() + s_off]);
-    let y_d = upload(stream, &pad(&vec![T::from_bits(0xAAAA); hc.y.len()]));
-    let (in_memory, options) = call_options(c);
-    let s_d = upload(stream, &[in_memory.unwrap_or(0.0)]);
     let e = T::DTYPE.size() as u64;
-    let ptr = |s: &CudaSlice<T>| s.device_ptr(stream).0 + off as u64 * e;
-    let mat = |s: &CudaSlice<T>, len: usize| RawMat {
-        ptr: ptr(s),
-        rows: m,
-        cols: h,
-        row_stride: h,
-        len: Some(len),
-    };
-    let call = RawFp8Call {
-        dtype: T::DTYPE,
-        x: mat(&x_d, hc.x.len()),
-        residual: c.residual.then(|| mat(&r_d, hc.r.len())),
-        weight: RawBuf::new(w_d.device_ptr(stream).0, h),
-        q: RawBuf::new(q_d.device_ptr(stream).0 + off as u64, hc.q.len()),
-        scales: p
-            .scale_format()
-            .map(|_| RawBuf::new(sf_d.device_ptr(stream).0 + s_off as u64, p.scales_len())),
-        static_scale: in_memory.map(|_| RawBuf::new(s_d.device_ptr(stream).0, 1)),
-        y_out: c.y_out.then(|| mat(&y_d, hc.y.len())),
-        options,
-    };
-    let others_d: Vec<CudaSlice<T>> = others.iter().map(|x| upload(stream, &pad(x))).collect();
-    let other_mats: Vec<RawMat> = others_d.iter().map(|d| mat(d, m * h)).collect();
+    let d = DevCase::upload(stream, c, hc, &hc.x);
+    let call = d.call(stream, c, hc, None);
+    let others_d: Vec<CudaSlice<T>> = others
+        .iter()
+        .map(|x| upload(stream, &padded(c, x)))
+        .collect();
+    let other_mats: Vec<RawMat> = others_d
+        .iter()
+        .map(|d| RawMat {
+            ptr: d.device_ptr(stream).0 + off as u64 * e,
+            rows: m,
+            cols: h,
+            row_stride: h,
+            len: Some(m * h),
+        })
+        .collect();
     // SAFETY: every buffer is a live allocation of this device holding the extents given.
     unsafe {
         if others.is_empty() {
@@ -242,40 +347,8 @@ fn check_on_gpu_with_ranks<
     stream
         .synchronize()
         .map_err(|e| format!("kernel failed: {e}"))?;
-    let got_q: Vec<u8> = stream.clone_dtoh(&q_d).unwrap();
-    first_diff("q", &got_q[off..off + hc.q.len()], &hc.q, h)?;
-    if got_q[off + hc.q.len()..].iter().any(|&b| b != POISON) {
-        return Err("q: a byte past the last row was written".into());
-    }
-    if !hc.scales.is_empty() {
-        let got: Vec<u8> = stream.clone_dtoh(&sf_d).unwrap();
-        first_diff(
-            "scales (bytes)",
-            &got[s_off..s_off + hc.scales.len()],
-            &hc.scales,
-            p.n_groups().max(1) * p.scale_element_bytes(),
-        )?;
-    }
+    d.verify(stream, c, hc, &hc.x)?;
     let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
-    let got_r: Vec<T> = stream.clone_dtoh(&r_d).unwrap();
-    let want_r = if c.residual { &hc.r_out } else { &hc.r };
-    first_diff(
-        "residual",
-        &bits(&got_r[off..off + want_r.len()]),
-        &bits(want_r),
-        h,
-    )?;
-    let guard_intact = |got: &[T], len: usize| bits(&got[off + len..]).iter().all(|&b| b == 0x5555);
-    if !guard_intact(&got_r, want_r.len()) {
-        return Err("residual: an element past the last row was written".into());
-    }
-    if c.y_out {
-        let got: Vec<T> = stream.clone_dtoh(&y_d).unwrap();
-        first_diff("y_out", &bits(&got[off..off + hc.y.len()]), &bits(&hc.y), h)?;
-        if !guard_intact(&got, hc.y.len()) {
-            return Err("y_out: an element past the last row was written".into());
-        }
-    }
     for (k, (x, d)) in others.iter().zip(&others_d).enumerate() {
         let got: Vec<T> = stream.clone_dtoh(d).unwrap();
         if bits(&got[off..off + x.len()]) != bits(x) {
@@ -354,6 +427,18 @@ fn allreduce_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Vali
     c: &Fp8Case,
     rng: &mut rand::rngs::StdRng,
 ) -> Result<(), String> {
+    let (mut xs, mut hc) = allreduce_host::<T>(ranks, c, rng)?;
+    hc.x = xs.remove(0);
+    check_on_gpu_with_ranks(g, stream, c, &hc, &xs)
+}
+
+/// The ranks' inputs of an all-reduce case (NaN and ±Inf in the last rank, cancellation
+/// between ranks) and the reference's outputs on their sum (`x` the sum).
+fn allreduce_host<T: Element>(
+    ranks: usize,
+    c: &Fp8Case,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(Vec<Vec<T>>, Host<T>), String> {
     let (m, h) = (c.m, c.h);
     let n = m * h;
     let first: Vec<f32> = (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect();
@@ -391,9 +476,116 @@ fn allreduce_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Vali
         .collect();
     let views: Vec<MatRef<'_, T>> = xs.iter().map(|x| MatRef::new(x, m, h).unwrap()).collect();
     let sum = fp4norm::reference::allreduce_sum(&views).map_err(|e| format!("reference: {e}"))?;
-    let mut hc = with_reference(c, sum, r, w);
-    hc.x = xs.remove(0);
-    check_on_gpu_with_ranks(g, stream, c, &hc, &xs)
+    let hc = with_reference(c, sum, r, w);
+    Ok((xs, hc))
+}
+
+/// Words of each simulated rank's signal pad.
+const PAD_WORDS: usize = 1 << 14;
+
+/// The FP8 op behind the all-reduce over peer access (SPEC.md §9 then §8): W ranks as W
+/// grids on W streams of one GPU, each with its own buffer, signal pad, residual and
+/// poisoned outputs; round 0 copies each rank's input into its buffer, round 1 passes the
+/// buffer as the input. Every scaling, 1 to 8 ranks, decode rows (every rank's grid must be
+/// resident at once: CTA b of each rank waits for CTA b of the others).
+#[test]
+fn gpu_fp8_allreduce_peer_ranks_on_streams_match_the_reference() {
+    let g = require_gpu!("gpu_fp8_allreduce_peer_ranks_on_streams_match_the_reference");
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(120));
+            if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("FAIL the FP8 peer-access cases did not finish in 120 s (ranks waiting for each other)");
+                std::process::abort();
+            }
+        });
+    }
+    let main = g.context().new_stream().unwrap();
+    let streams: Vec<Arc<CudaStream>> = (0..8).map(|_| g.context().new_stream().unwrap()).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0xf89ee7);
+    let cases = sweep::fp8::peer_fp8_cases();
+    let mut failures = Vec::new();
+    for (nr, c) in &cases {
+        let res = match c.dtype {
+            DType::BF16 => peer_case::<bf16>(g, &main, &streams, *nr, c, &mut rng),
+            DType::F16 => peer_case::<f16>(g, &main, &streams, *nr, c, &mut rng),
+        };
+        if let Err(e) = res {
+            failures.push(format!("{nr} ranks, {c:?}: {e}"));
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    report(
+        "FP8 all-reduce over peer access (2 rounds each)",
+        cases.len(),
+        &failures,
+    );
+}
+
+fn peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &Gpu,
+    main: &Arc<CudaStream>,
+    streams: &[Arc<CudaStream>],
+    nr: usize,
+    c: &Fp8Case,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let (m, h) = (c.m, c.h);
+    let (xs, hc) = allreduce_host::<T>(nr, c, rng)?;
+    let bufs: Vec<CudaSlice<T>> = (0..nr)
+        .map(|_| upload(main, &vec![T::from_bits(0x5555); m * h]))
+        .collect();
+    let pads: Vec<CudaSlice<u32>> = (0..nr)
+        .map(|_| upload(main, &vec![0u32; PAD_WORDS]))
+        .collect();
+    let buf_ptrs: Vec<u64> = bufs.iter().map(|b| b.device_ptr(main).0).collect();
+    let pad_ptrs: Vec<u64> = pads.iter().map(|b| b.device_ptr(main).0).collect();
+    let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
+    for round in 0..2 {
+        let devs: Vec<DevCase<T>> = xs
+            .iter()
+            .map(|x| DevCase::upload(main, c, &hc, x))
+            .collect();
+        main.synchronize().map_err(|e| format!("uploads: {e}"))?;
+        for (k, d) in devs.iter().enumerate() {
+            let call = d.call(main, c, &hc, (round == 1).then_some(buf_ptrs[k]));
+            let peers = RawPeers {
+                buffers: &buf_ptrs,
+                row_stride: h,
+                signal_pads: &pad_ptrs,
+                signal_pad_words: PAD_WORDS,
+                rank: k,
+            };
+            // SAFETY: every buffer is a live allocation of this device holding the extents
+            // given, and every rank's call is made (the same case) before any is awaited.
+            unsafe {
+                g.launch_fp8_allreduce_peer_raw(
+                    streams[k].cu_stream(),
+                    &call,
+                    &peers,
+                    &LaunchOptions::default(),
+                )
+            }
+            .map_err(|e| format!("round {round}, rank {k}: launch failed: {e}"))?;
+        }
+        for (k, s) in streams[..nr].iter().enumerate() {
+            s.synchronize()
+                .map_err(|e| format!("round {round}, rank {k}: kernel failed: {e}"))?;
+        }
+        for (k, d) in devs.iter().enumerate() {
+            let at = |e: String| format!("round {round}, rank {k}: {e}");
+            d.verify(main, c, &hc, &xs[k]).map_err(at)?;
+            let got: Vec<T> = main.clone_dtoh(&bufs[k]).unwrap();
+            first_diff("its buffer (its input)", &bits(&got), &bits(&xs[k]), h).map_err(at)?;
+            let got_pad: Vec<u32> = main.clone_dtoh(&pads[k]).unwrap();
+            if let Some(i) = got_pad.iter().position(|&w| w != 0) {
+                return Err(at(format!("signal word {i} left at {}", got_pad[i])));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[test]

@@ -197,10 +197,24 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             out.push(cfg);
         }
     }
+    for c in sweep::allreduce::peer_cases() {
+        let cfg = c.peer_config(&PLAN, hw_e2m1);
+        if seen.insert(cfg.describe()) {
+            out.push(cfg);
+        }
+    }
     // The FP8 op behind the fused all-reduce (tests/gpu_fp8.rs).
     for (ranks, c) in sweep::fp8::allreduce_fp8_cases() {
         let mut cfg = sweep::fp8::allreduce_fp8_config(ranks, &c, &PLAN);
         cfg.hw_canonical_nan = !hw_e2m1;
+        if seen.insert(cfg.describe()) {
+            out.push(cfg);
+        }
+    }
+    for (ranks, c) in sweep::fp8::peer_fp8_cases() {
+        let mut cfg = sweep::fp8::allreduce_fp8_config(ranks, &c, &PLAN);
+        cfg.hw_canonical_nan = !hw_e2m1;
+        cfg.ar_peer = true;
         if seen.insert(cfg.describe()) {
             out.push(cfg);
         }

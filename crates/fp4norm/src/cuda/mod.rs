@@ -34,7 +34,7 @@ use cudarc::driver::{
 pub use kernel::GsMode;
 use kernel::KernelConfig;
 pub use limits::DeviceLimits;
-pub use raw::LaunchOptions;
+pub use raw::{LaunchOptions, RawPeers};
 pub use selftest::ConversionPath;
 pub use tuned::{TunedRow, TunedTable};
 
@@ -533,7 +533,54 @@ impl Gpu {
         opts: &LaunchOptions,
     ) -> Result<(), Error> {
         // SAFETY: forwarded.
-        unsafe { raw::launch_fused_with_ranks(self, stream, call, other_ranks, opts) }
+        unsafe {
+            raw::launch_fused_with_ranks(
+                self,
+                stream,
+                call,
+                raw::Ranks::Gathered(other_ranks),
+                opts,
+            )
+        }
+    }
+
+    /// The all-reduce fused in front of the op (SPEC.md §9) over peer access: `call.x` is
+    /// this rank's input, `peers` every rank's buffer and signal pad as mapped on this GPU
+    /// (symmetric memory). Every rank makes the same call with its own `peers.rank`; the
+    /// ranks' CTAs meet through the pads (no host synchronisation, CUDA-graph safe: the
+    /// pads are 0 again after each call), sum the ranks' rows in rank order and run the op
+    /// with this rank's residual (required), weight and outputs: with the same residual on
+    /// every rank, every rank writes identical bytes. 1 to 8 ranks; the pads need
+    /// [`RawPeers::signal_words_needed`] words for the call's CTAs (the error says how many).
+    ///
+    /// # Safety
+    /// As for [`Gpu::launch_raw_with`]; every buffer and pad of `peers` must be mapped on
+    /// this GPU and hold the call's rows, and every rank must make the matching call on its
+    /// GPU (otherwise the CTAs wait for each other forever).
+    pub unsafe fn launch_allreduce_peer_raw(
+        &self,
+        stream: sys::CUstream,
+        call: &RawCall,
+        peers: &RawPeers,
+        opts: &LaunchOptions,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded.
+        unsafe { raw::launch_fused_with_ranks(self, stream, call, raw::Ranks::Peers(peers), opts) }
+    }
+
+    /// [`Gpu::launch_allreduce_peer_raw`] in front of the FP8 op (SPEC.md §9, then §8).
+    ///
+    /// # Safety
+    /// As for [`Gpu::launch_allreduce_peer_raw`].
+    pub unsafe fn launch_fp8_allreduce_peer_raw(
+        &self,
+        stream: sys::CUstream,
+        call: &crate::fp8::RawFp8Call,
+        peers: &RawPeers,
+        opts: &LaunchOptions,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded.
+        unsafe { raw::launch_fused_fp8(self, stream, call, raw::Ranks::Peers(peers), opts) }
     }
 
     /// Residual add + RMSNorm + FP8 quantisation (SPEC.md §8) on `stream`, over raw device
@@ -551,7 +598,7 @@ impl Gpu {
         opts: &LaunchOptions,
     ) -> Result<(), Error> {
         // SAFETY: forwarded.
-        unsafe { raw::launch_fused_fp8(self, stream, call, &[], opts) }
+        unsafe { raw::launch_fused_fp8(self, stream, call, raw::Ranks::Gathered(&[]), opts) }
     }
 
     /// The all-reduce fused in front of the FP8 op (SPEC.md §9, then §8), as
@@ -569,7 +616,9 @@ impl Gpu {
         opts: &LaunchOptions,
     ) -> Result<(), Error> {
         // SAFETY: forwarded.
-        unsafe { raw::launch_fused_fp8(self, stream, call, other_ranks, opts) }
+        unsafe {
+            raw::launch_fused_fp8(self, stream, call, raw::Ranks::Gathered(other_ranks), opts)
+        }
     }
 
     /// Dequantisation (SPEC.md §4) over raw device pointers.

@@ -50,8 +50,133 @@ struct FusedParams {
     /// The FP8 kernels' f32 scale floor and per-tensor scale value (declared only by them).
     s_min: f32,
     static_scale: f32,
-    /// The ranks' inputs of an all-reduce call, rank order (declared only by those kernels).
+    /// The ranks' inputs of an all-reduce call, rank order (declared only by those kernels);
+    /// over peer access, the ranks' buffers.
     ar_x: [u64; 8],
+    /// Over peer access (declared only by those kernels): the ranks' signal pads, the
+    /// buffers' row stride, this rank, and whether `x` is copied into its buffer first.
+    ar_signal: [u64; 8],
+    ar_stride: i64,
+    ar_rank: u32,
+    ar_copy: u32,
+}
+
+/// The ranks of an all-reduce call: none, inputs gathered on this GPU (ranks after the
+/// first; `x` is rank 0's), or every rank's buffer over peer access.
+#[derive(Clone, Copy)]
+pub(crate) enum Ranks<'a> {
+    Gathered(&'a [RawMat]),
+    Peers(&'a RawPeers<'a>),
+}
+
+impl Ranks<'_> {
+    fn count(&self) -> usize {
+        match self {
+            Ranks::Gathered([]) => 0,
+            Ranks::Gathered(more) => more.len() + 1,
+            Ranks::Peers(p) => p.buffers.len(),
+        }
+    }
+}
+
+/// The ranks of a fused all-reduce that reads their inputs over peer access (SPEC.md §9):
+/// each rank's buffer and signal pad as mapped on this GPU, in rank order — a symmetric
+/// allocation such as PyTorch's `torch.distributed._symmetric_memory` or CUDA IPC gives.
+/// Every rank launches the same call (shape, format, layout, options) with its own `rank`;
+/// CTA b of each rank copies its rows of `x` into its buffer (unless `x` is that buffer),
+/// meets CTA b of every rank through the pads, sums the ranks' rows in rank order and runs
+/// the op, then meets them again so that no buffer is overwritten while a peer reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct RawPeers<'a> {
+    /// Each rank's buffer (`[m, row_stride]` elements of the call's dtype), rank order.
+    pub buffers: &'a [u64],
+    /// Elements between rows of every buffer (at least `H`).
+    pub row_stride: usize,
+    /// Each rank's signal pad: u32 words, all 0 before the first call (the kernel leaves them
+    /// 0), rank order; [`RawPeers::signal_words_needed`] words each.
+    pub signal_pads: &'a [u64],
+    /// Words of each signal pad.
+    pub signal_pad_words: usize,
+    /// This rank (an index into `buffers`).
+    pub rank: usize,
+}
+
+impl RawPeers<'_> {
+    /// Signal-pad words a call of `ctas` CTAs over `ranks` ranks uses: one per CTA and rank.
+    pub fn signal_words_needed(ctas: usize, ranks: usize) -> usize {
+        ctas * ranks
+    }
+}
+
+/// Checks the peer ranks of a call on this GPU: 1 to 8 ranks, buffers and pads aligned,
+/// this rank's buffer (written where `x` is copied into it) against the call's ranges.
+/// Returns whether `x` is copied.
+#[allow(clippy::too_many_arguments)]
+fn check_peers(
+    dtype: crate::DType,
+    x: &RawMat,
+    has_residual: bool,
+    m: usize,
+    h: usize,
+    peers: &RawPeers,
+    ranges: &mut Vec<Range>,
+    vector_aligned: &mut bool,
+) -> Result<bool, Error> {
+    let w = peers.buffers.len();
+    if !(1..=8).contains(&w) {
+        return Err(Error::Unsupported(format!(
+            "{w} ranks: the fused all-reduce over peer access sums 1 to 8"
+        )));
+    }
+    if peers.signal_pads.len() != w {
+        return Err(Error::Unsupported(format!(
+            "{} signal pads for {w} ranks: one per rank",
+            peers.signal_pads.len()
+        )));
+    }
+    if peers.rank >= w {
+        return Err(Error::Unsupported(format!(
+            "rank {} of {w} ranks",
+            peers.rank
+        )));
+    }
+    if !has_residual {
+        return Err(Error::Unsupported(
+            "the fused all-reduce on the GPU needs a residual (it keeps the ranks' sum there)"
+                .into(),
+        ));
+    }
+    if peers.row_stride < h {
+        return Err(Error::Unsupported(format!(
+            "the ranks' buffers have rows of {} elements, fewer than H = {h}",
+            peers.row_stride
+        )));
+    }
+    let e = dtype.size();
+    let bytes = peers
+        .row_stride
+        .checked_mul(m.saturating_sub(1))
+        .and_then(|n| n.checked_add(h))
+        .and_then(|n| n.checked_mul(e))
+        .ok_or(Error::SizeOverflow)?;
+    for &b in peers.buffers {
+        check_ptr("a rank's buffer", b, e)?;
+        *vector_aligned &= b % 16 == 0;
+    }
+    *vector_aligned &= (peers.row_stride * e) % 16 == 0;
+    for &s in peers.signal_pads {
+        check_ptr("a signal pad", s, 4)?;
+    }
+    let own = peers.buffers[peers.rank];
+    let copy = !(x.ptr == own && (x.row_stride == peers.row_stride || m <= 1));
+    if copy {
+        // This rank's buffer is written: it must not meet x or an output.
+        ranges.push(Range::new("this rank's buffer", own, bytes, true)?);
+    }
+    // (The other ranks' buffers and every pad are other GPUs' memory, mapped here: not
+    // checked against this GPU.)
+    check_overlaps(ranges)?;
+    Ok(copy)
 }
 
 /// Mirrors `struct Fp4SwizzleParams` in kernel/cu/swizzle.cu.
@@ -230,7 +355,49 @@ pub(crate) unsafe fn launch_fused(
     opts: &LaunchOptions,
 ) -> Result<(), Error> {
     // SAFETY: forwarded.
-    unsafe { launch_fused_with_ranks(gpu, stream, c, &[], opts) }
+    unsafe { launch_fused_with_ranks(gpu, stream, c, Ranks::Gathered(&[]), opts) }
+}
+
+/// The kernel's rank parameters: (ar_x, ar_signal, ar_stride, ar_rank), `x` being rank 0's
+/// input where the ranks are gathered.
+fn rank_params(x: &RawMat, ranks: Ranks) -> ([u64; 8], [u64; 8], i64, u32) {
+    let (mut ar_x, mut ar_signal) = ([0u64; 8], [0u64; 8]);
+    match ranks {
+        Ranks::Gathered(more) => {
+            if !more.is_empty() {
+                ar_x[0] = x.ptr;
+                for (slot, x) in ar_x[1..].iter_mut().zip(more) {
+                    *slot = x.ptr;
+                }
+            }
+            (ar_x, ar_signal, 0, 0)
+        }
+        Ranks::Peers(p) => {
+            ar_x[..p.buffers.len()].copy_from_slice(p.buffers);
+            ar_signal[..p.signal_pads.len()].copy_from_slice(p.signal_pads);
+            (ar_x, ar_signal, p.row_stride as i64, p.rank as u32)
+        }
+    }
+}
+
+/// The peer ranks' signal pads hold a word per CTA and rank of the launch (`grid` CTAs).
+fn check_signal_words(ranks: Ranks, grid: usize) -> Result<(), Error> {
+    if let Ranks::Peers(p) = ranks {
+        let need = RawPeers::signal_words_needed(grid, p.buffers.len());
+        if p.signal_pad_words < need {
+            return Err(Error::Unsupported(format!(
+                "signal pads of {} words: this call's {grid} CTAs over {} ranks need {need}",
+                p.signal_pad_words,
+                p.buffers.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The fused kernel's grid over `rows_total` rows: rows per CTA, CTAs per row.
+fn fused_grid(rows_total: usize, cfg: &KernelConfig) -> usize {
+    rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize
 }
 
 /// The ranks after the first of an all-reduce call (SPEC.md §9): each like `c.x` (shape and
@@ -295,12 +462,27 @@ pub(crate) unsafe fn launch_fused_with_ranks(
     gpu: &Gpu,
     stream: sys::CUstream,
     c: &RawCall,
-    more: &[RawMat],
+    ranks: Ranks,
     opts: &LaunchOptions,
 ) -> Result<(), Error> {
     let mut checked = c.validate()?;
-    if !more.is_empty() {
-        check_rank_inputs(c, more, &mut checked)?;
+    let mut copy = false;
+    match ranks {
+        Ranks::Gathered(more) if !more.is_empty() => check_rank_inputs(c, more, &mut checked)?,
+        Ranks::Gathered(_) => {}
+        Ranks::Peers(peers) => {
+            let (m, h) = (checked.problem.m, checked.problem.h);
+            copy = check_peers(
+                c.dtype,
+                &c.x,
+                c.residual.is_some(),
+                m,
+                h,
+                peers,
+                &mut checked.ranges,
+                &mut checked.vector_aligned,
+            )?;
+        }
     }
     let checked = validate_on(gpu, checked, opts)?;
     let (p, aligned) = (checked.problem, checked.vector_aligned);
@@ -317,14 +499,9 @@ pub(crate) unsafe fn launch_fused_with_ranks(
     };
     let (gs, gs_ptr) = gs_mode(global_scale);
     let mut cfg = gpu.config(&p, gs, aligned);
-    if !more.is_empty() {
-        cfg.ar_ranks = more.len() as u32 + 1;
-    }
-    let mut ar_x = [0u64; 8];
-    ar_x[0] = c.x.ptr;
-    for (slot, x) in ar_x[1..].iter_mut().zip(more) {
-        *slot = x.ptr;
-    }
+    cfg.ar_ranks = ranks.count() as u32;
+    cfg.ar_peer = matches!(ranks, Ranks::Peers(_));
+    let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);
     // Rows the fused kernel covers: with directly written swizzled scales whose padding is
     // not spread over the call's threads, the last 128-row tile's padding rows too (their
     // CTAs zero those scales); a split write's swizzle pass zeroes them instead.
@@ -351,7 +528,7 @@ pub(crate) unsafe fn launch_fused_with_ranks(
         y_stride: c.y_out.map_or(0, |y| y.row_stride as i64),
         eps: p.eps,
         // (The prefetch would fetch the first rank's rows only: none for an all-reduce.)
-        pf_rows: if more.is_empty() {
+        pf_rows: if cfg.ar_ranks == 0 {
             kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits)
         } else {
             0
@@ -360,7 +537,12 @@ pub(crate) unsafe fn launch_fused_with_ranks(
         s_min: 0.0,
         static_scale: 0.0,
         ar_x,
+        ar_signal,
+        ar_stride,
+        ar_rank,
+        ar_copy: copy as u32,
     };
+    check_signal_words(ranks, fused_grid(rows_total, &cfg))?;
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // Both kernels of a split swizzled write are loaded before either is launched, so
     // that a failure to build the second cannot leave the first's staging behind.
@@ -585,13 +767,14 @@ pub(crate) unsafe fn launch_fused_fp8(
     gpu: &Gpu,
     stream: sys::CUstream,
     c: &crate::fp8::RawFp8Call,
-    more: &[RawMat],
+    ranks: Ranks,
     opts: &LaunchOptions,
 ) -> Result<(), Error> {
     use crate::fp8::{Fp8ScaleLayout, Fp8Scaling};
     let mut checked = c.validate()?;
-    if !more.is_empty() {
-        check_rank_mats(
+    let mut copy = false;
+    match ranks {
+        Ranks::Gathered(more) if !more.is_empty() => check_rank_mats(
             c.dtype,
             &c.x,
             c.residual.is_some(),
@@ -599,7 +782,21 @@ pub(crate) unsafe fn launch_fused_fp8(
             more,
             &mut checked.ranges,
             &mut checked.vector_aligned,
-        )?;
+        )?,
+        Ranks::Gathered(_) => {}
+        Ranks::Peers(peers) => {
+            let (m, h) = (checked.problem.m, checked.problem.h);
+            copy = check_peers(
+                c.dtype,
+                &c.x,
+                c.residual.is_some(),
+                m,
+                h,
+                peers,
+                &mut checked.ranges,
+                &mut checked.vector_aligned,
+            )?;
+        }
     }
     let p = checked.problem;
     check_devices(gpu, &checked.ranges, opts)?;
@@ -610,14 +807,9 @@ pub(crate) unsafe fn launch_fused_fp8(
     gpu.settle_conversions(stream)?;
     let pdl = gpu.pdl_for(opts.pdl);
     let mut cfg = gpu.fp8_config(&p, c.static_scale.is_some(), aligned);
-    let mut ar_x = [0u64; 8];
-    if !more.is_empty() {
-        cfg.ar_ranks = more.len() as u32 + 1;
-        ar_x[0] = c.x.ptr;
-        for (slot, x) in ar_x[1..].iter_mut().zip(more) {
-            *slot = x.ptr;
-        }
-    }
+    cfg.ar_ranks = ranks.count() as u32;
+    cfg.ar_peer = matches!(ranks, Ranks::Peers(_));
+    let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);
     // Rows the kernel covers: with column-major scales, or swizzled ones whose padding is
     // not spread over the call's threads, the layout's padding rows too (their CTAs zero
     // them).
@@ -656,7 +848,7 @@ pub(crate) unsafe fn launch_fused_fp8(
         y_stride: c.y_out.map_or(0, |y| y.row_stride as i64),
         eps: p.options.eps,
         // (The prefetch would fetch the first rank's rows only: none for an all-reduce.)
-        pf_rows: if more.is_empty() {
+        pf_rows: if cfg.ar_ranks == 0 {
             kernel::l2_prefetch_rows(&cfg, p.m, p.h, &gpu.limits)
         } else {
             0
@@ -665,7 +857,12 @@ pub(crate) unsafe fn launch_fused_fp8(
         s_min,
         static_scale: static_value,
         ar_x,
+        ar_signal,
+        ar_stride,
+        ar_rank,
+        ar_copy: copy as u32,
     };
+    check_signal_words(ranks, fused_grid(rows_total, &cfg))?;
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // SAFETY: the parameters' pointers were checked above; the caller guarantees the
     // memory is live.
@@ -698,7 +895,7 @@ unsafe fn launch_fused_kernel(
     what: &'static str,
 ) -> Result<(), Error> {
     let rows_total = params.rows_total as usize;
-    let grid = rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize;
+    let grid = fused_grid(rows_total, cfg);
     let grid = u32::try_from(grid)
         .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
     let mut args = [params as *mut FusedParams as *mut c_void];

@@ -45,6 +45,55 @@ impl ArCase {
         cfg.ar_ranks = self.ranks as u32;
         cfg
     }
+
+    /// [`ArCase::config`] reading the ranks over peer access (`FP4_AR_PEER`).
+    pub fn peer_config(&self, limits: &DeviceLimits, hw_e2m1: bool) -> KernelConfig {
+        KernelConfig {
+            ar_peer: true,
+            ..self.config(limits, hw_e2m1)
+        }
+    }
+}
+
+/// The peer-access cases (W ranks as W grids on W streams of one GPU): every CTA of every
+/// rank's grid must be resident at once, since CTA b of each rank waits for CTA b of the
+/// others, so W times a grid fits the GPU (a few hundred CTAs at most): decode rows, one
+/// rank to eight.
+pub fn peer_cases() -> Vec<ArCase> {
+    let mut out = Vec::new();
+    let shapes: [(usize, usize, &[usize]); 6] = [
+        (1, 64, &[1, 2, 8]),
+        (7, 2048, &[2, 3, 4]),
+        (1, 8192, &[2, 4, 8]),
+        (16, 4096, &[2, 8]),
+        (3, 16384, &[4]),
+        (64, 4096, &[2]),
+    ];
+    let mut i = 0usize;
+    for (m, h, ranks) in shapes {
+        for &ranks in ranks {
+            out.push(ArCase {
+                ranks,
+                dtype: if i % 3 == 1 { DType::F16 } else { DType::BF16 },
+                m,
+                h,
+                format: if i % 2 == 0 {
+                    Fp4Format::NVFP4
+                } else {
+                    Fp4Format::MXFP4
+                },
+                layout: [
+                    ScaleLayout::Swizzled,
+                    ScaleLayout::RowMajor,
+                    ScaleLayout::Both,
+                ][i % 3],
+                special: i % 4 == 0,
+                misaligned: i % 5 == 3,
+            });
+            i += 1;
+        }
+    }
+    out
 }
 
 /// About thirty cases: 2 to 8 ranks, decode rows over a cluster, many rows, every layout,

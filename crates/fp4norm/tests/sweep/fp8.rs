@@ -250,6 +250,25 @@ pub fn allreduce_fp8_cases() -> Vec<(usize, Fp8Case)> {
         .collect()
 }
 
+/// The FP8 op behind the all-reduce over peer access: [`allreduce_fp8_cases`]' scalings at
+/// decode rows (W ranks run as W grids on one GPU, all resident at once), 1 to 8 ranks.
+pub fn peer_fp8_cases() -> Vec<(usize, Fp8Case)> {
+    let shapes = [(1usize, 4096usize), (16, 2048), (3, 8192), (1, 5000)];
+    let ranks = [2usize, 4, 8, 1, 3];
+    allreduce_fp8_cases()
+        .into_iter()
+        .enumerate()
+        .map(|(k, (_, mut c))| {
+            (c.m, c.h) = shapes[k % shapes.len()];
+            // (Rows of any H only for per-tensor and per-token scales.)
+            if Fp8Problem::new(c.m, c.h, c.dtype, &c.options).is_err() {
+                c.h = 4096;
+            }
+            (ranks[k % ranks.len()], c)
+        })
+        .collect()
+}
+
 /// The kernel of an all-reduce case of [`allreduce_fp8_cases`] on a device with `limits`.
 pub fn allreduce_fp8_config(ranks: usize, c: &Fp8Case, limits: &DeviceLimits) -> KernelConfig {
     KernelConfig {

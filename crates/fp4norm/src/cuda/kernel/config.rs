@@ -128,6 +128,9 @@ pub struct KernelConfig {
     /// The ranks' inputs summed in front (SPEC.md §9, `FP4_AR_RANKS`): 2 to 8, 0 for the
     /// plain op. Defined only when set, so other sources, and their cubins, are unchanged.
     pub ar_ranks: u32,
+    /// The ranks' inputs read over peer access from their buffers, with signal pads between
+    /// the ranks' CTAs (`FP4_AR_PEER`; with `ar_ranks` 1 to 8).
+    pub ar_peer: bool,
 }
 
 impl KernelConfig {
@@ -178,6 +181,7 @@ impl KernelConfig {
             swizzle_demote_tiles: 0,
             fp8: None,
             ar_ranks: 0,
+            ar_peer: false,
         };
         cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
         cfg
@@ -258,6 +262,7 @@ impl KernelConfig {
                 column_major: layout == Some(Fp8ScaleLayout::ColumnMajor),
             }),
             ar_ranks: 0,
+            ar_peer: false,
         };
         // MXFP8's scales are an eighth of its codes' rows, as NVFP4's: the same demotion.
         cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
@@ -325,6 +330,7 @@ impl KernelConfig {
             swizzle_demote_tiles: 0,
             fp8: None,
             ar_ranks: 0,
+            ar_peer: false,
         }
     }
 
@@ -404,6 +410,10 @@ impl KernelConfig {
             format!("#define FP4_AR_RANKS {}\n", self.ar_ranks)
         } else {
             String::new()
+        } + if self.ar_peer {
+            "#define FP4_AR_PEER 1\n"
+        } else {
+            ""
         } + &match self.fp8 {
             None => String::new(),
             Some(f) => format!(
@@ -511,6 +521,10 @@ impl KernelConfig {
             format!(" ar_ranks={}", self.ar_ranks)
         } else {
             String::new()
+        } + if self.ar_peer {
+            " ar_peer"
+        } else {
+            ""
         }
     }
 }

@@ -31,6 +31,9 @@
 //                    else by CTAs of their own
 //   FP4_SWZ_DEMOTE_TILES  (defined or not) kept swizzled words handed back to L2's normal
 //                    eviction this many 128-row tiles behind each row
+//   FP4_AR_RANKS     (defined or not) the ranks' inputs summed in front (SPEC.md §9)
+//   FP4_AR_PEER      (defined or not) ... read over peer access from the ranks' buffers,
+//                    with signal pads between the ranks' CTAs (fused.cu, ranks_barrier)
 //   FP4_LITERAL_CODECS    (defined or not) every E2M1, E4M3 and UE8M0 code from the literal
 //                    encoders, no hardware conversion: where the self-test failed
 //   FP4_G            threads per row (a multiple of 32)

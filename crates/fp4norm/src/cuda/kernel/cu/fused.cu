@@ -59,7 +59,14 @@ struct Fp4NormParams {
     float static_scale;    // the per-tensor scale where it is not read from memory (FP4_GS 0)
 #endif
 #if defined(FP4_AR_RANKS)
-    const u16* ar_x[8];    // the ranks' inputs, rank order, each [m, x_stride] (x is ar_x[0])
+    const u16* ar_x[8];    // the ranks' inputs, rank order, each [m, x_stride] (x is ar_x[0]);
+                           // FP4_AR_PEER: the ranks' buffers as mapped here, [m, ar_stride]
+#endif
+#if defined(FP4_AR_PEER)
+    u32* ar_signal[8];     // the ranks' signal pads as mapped here (u32 words, 0 between calls)
+    i64 ar_stride;         // elements between rows of every rank's buffer
+    unsigned int ar_rank;  // this rank
+    unsigned int ar_copy;  // 1: x (this rank's input) is copied into ar_x[ar_rank] first
 #endif
 };
 
@@ -67,13 +74,61 @@ struct Fp4NormParams {
 #if !FP4_RESIDUAL
 #error "the all-reduce kernel writes the ranks' sum into the residual (pass 2 and the redo re-read h there)"
 #endif
+#if defined(FP4_AR_PEER)
+// The ranks' buffers over peer access (symmetric memory): every rank runs the same grid, so
+// CTA b of every rank covers the same rows. CTA b copies this rank's rows into its buffer,
+// meets CTA b of every rank (ranks_barrier<true>), reads every rank's rows, and meets them
+// again at its end (ranks_barrier<false>), so that no rank's next call overwrites a buffer
+// that a peer still reads. A meeting is torch symmetric memory's block-pair signal: sender
+// k sets word b * RANKS + k of each rank's pad from 0 to 1 (waiting for it to be 0, i.e. the
+// last signal taken), the receiver takes it back from 1 to 0, so the pads are 0 after every
+// call and CUDA graphs replay it unchanged. System scope: the peers are other GPUs.
+__device__ __forceinline__ void signal_put(u32* at) {
+    u32 old;
+    do {
+        asm volatile("atom.release.sys.global.cas.b32 %0, [%1], 0, 1;" : "=r"(old) : "l"(at) : "memory");
+    } while (old != 0);
+}
+template <bool ACQUIRE>
+__device__ __forceinline__ void signal_take(u32* at) {
+    u32 old;
+    do {
+        if (ACQUIRE)
+            asm volatile("atom.acquire.sys.global.cas.b32 %0, [%1], 1, 0;" : "=r"(old) : "l"(at) : "memory");
+        else
+            asm volatile("atom.relaxed.sys.global.cas.b32 %0, [%1], 1, 0;" : "=r"(old) : "l"(at) : "memory");
+    } while (old != 1);
+}
+// Every thread of the CTA calls it. ACQUIRE: the peers' rows written before their signals
+// are visible to every thread after it (the CTA barrier after the acquiring takes); else the
+// CTA's reads of the peers' rows are done before its signals (the CTA barrier before the
+// releasing puts).
+template <bool ACQUIRE>
+__device__ __forceinline__ void ranks_barrier(const Fp4NormParams& p) {
+    __syncthreads();
+    if (threadIdx.x < FP4_AR_RANKS) {
+        const u32 slot = blockIdx.x * FP4_AR_RANKS;
+        signal_put(p.ar_signal[threadIdx.x] + slot + p.ar_rank);
+        signal_take<ACQUIRE>(p.ar_signal[p.ar_rank] + slot + threadIdx.x);
+    }
+    if (ACQUIRE) __syncthreads();
+}
+// A peer's rows are written during this grid (by its CTA b): weak loads after the acquire,
+// not the read-only path.
+#define AR_LOAD(at, n) load_vec((at), (n))
+#define AR_STRIDE p.ar_stride
+#else
+#define AR_LOAD(at, n) load_vec_ro((at), (n))
+#define AR_STRIDE p.x_stride
+#endif
+
 // x of vector v of a row for SPEC.md §9: the ranks' vectors summed in rank order, one f32
 // rounding per addition, then one rounding to dt. All FP4_AR_RANKS loads are issued before
 // the first addition.
 __device__ __forceinline__ uint4 ar_sum_vec(const Fp4NormParams& p, i64 row, int v) {
     uint4 in[FP4_AR_RANKS];
 #pragma unroll
-    for (int k = 0; k < FP4_AR_RANKS; ++k) in[k] = load_vec_ro(p.ar_x[k] + row * p.x_stride + v * 8, VEC_N(v));
+    for (int k = 0; k < FP4_AR_RANKS; ++k) in[k] = AR_LOAD(p.ar_x[k] + row * AR_STRIDE + v * 8, VEC_N(v));
     float acc[8];
     unpack8(in[0], acc);
 #pragma unroll
@@ -906,6 +961,20 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
     for (int k = 0; k < VPT; ++k)
         if (lane + k * FP4_G < NVC) wv[k] = load_weight(p.w + (v0 + lane + k * FP4_G) * 8, VEC_N(v0 + lane + k * FP4_G));
 #endif
+#if defined(FP4_AR_PEER)
+    // This rank's rows into its buffer (the vectors each thread reads below), then the
+    // ranks meet.
+    if (p.ar_copy && row < p.m) {
+        const u16* xrow = p.x + row * p.x_stride;
+        u16* own = const_cast<u16*>(p.ar_x[p.ar_rank]) + row * p.ar_stride;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const int lv = lane + k * FP4_G;
+            if (lv < NVC) store_vec(own + (v0 + lv) * 8, load_vec_ro(xrow + (v0 + lv) * 8, VEC_N(v0 + lv)), VEC_N(v0 + lv));
+        }
+    }
+    ranks_barrier<true>(p);
+#endif
     {
         const bool live = row < p.m;
         uint4 hv[HOLD_IN_REGS ? VPT : 1];
@@ -1103,4 +1172,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             exact_sum_redo(&p, rstd, gs, live, mine_undecided);
         }
     }
+#if defined(FP4_AR_PEER)
+    ranks_barrier<false>(p);
+#endif
 }
