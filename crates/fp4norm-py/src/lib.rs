@@ -9,7 +9,9 @@
 //! * the fast CPU backend (`fp4norm::cpu`, `fp4norm::fp8::cpu`) or the scalar reference
 //!   (`fp4norm::reference`, `fp4norm::fp8::reference`) over host memory, building slices of
 //!   exactly the lengths the shapes and strides imply;
-//! * or the CUDA backend (`fp4norm::cuda::Gpu::launch_raw`, `launch_fp8_raw`) on the
+//! * or the CUDA backend (`fp4norm::cuda::Gpu::launch_raw`, `launch_fp8_raw`, and for the
+//!   fused all-reduce of SPEC.md §9 `launch_allreduce_raw` over inputs gathered on the GPU or
+//!   `launch_allreduce_peer_raw` / `launch_fp8_allreduce_peer_raw` over peer access) on the
 //!   caller's stream, with one `Gpu` per device ordinal kept for the life of the process. A
 //!   GPU call never synchronises, so it can be captured in a CUDA graph.
 //!
@@ -19,7 +21,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use fp4norm::cuda::{Gpu, LaunchOptions};
+use fp4norm::cuda::{Gpu, LaunchOptions, RawPeers};
 use fp4norm::fp8::{
     self, run_host_fp8, Fp8Problem, Fp8ScaleFormat, Fp8ScalesIn, Fp8Scaling, RawFp8Call,
 };
@@ -181,18 +183,87 @@ pub(crate) fn gpu(ordinal: usize) -> Result<Arc<Gpu>, Error> {
     Ok(g)
 }
 
+/// The ranks of a fused all-reduce over peer access (SPEC.md §9), as the Python layer
+/// passes them: every rank's buffer and signal pad as mapped on this GPU (rank order, e.g.
+/// a `torch.distributed._symmetric_memory` allocation), the buffers' row stride, the words
+/// of each pad and this rank.
+struct Peers {
+    buffers: Vec<u64>,
+    row_stride: usize,
+    signal_pads: Vec<u64>,
+    signal_pad_words: usize,
+    rank: usize,
+}
+
+impl Peers {
+    /// The peer arguments of a call: both lists or neither, on the CUDA backend, and
+    /// fp4norm's checks that need no device (`RawPeers::check_ranks`: the rank count, a pad
+    /// per rank, this rank among them); the launch checks the addresses and the pads' size
+    /// before anything is written. None without peers.
+    fn from_args(
+        be: Backend,
+        buffers: Option<Vec<u64>>,
+        row_stride: usize,
+        signal_pads: Option<Vec<u64>>,
+        signal_pad_words: usize,
+        rank: usize,
+    ) -> Result<Option<Peers>, Error> {
+        let (buffers, signal_pads) = match (buffers, signal_pads) {
+            (None, None) => return Ok(None),
+            (Some(b), Some(s)) => (b, s),
+            _ => {
+                return Err(Error::Unsupported(
+                    "peer_buffers and signal_pads come together: pass both (the peer-access \
+                     all-reduce) or neither"
+                        .into(),
+                ))
+            }
+        };
+        if !matches!(be, Backend::Cuda { .. }) {
+            return Err(Error::Unsupported(
+                "the all-reduce over peer access runs on the CUDA backend only".into(),
+            ));
+        }
+        let peers = Peers {
+            buffers,
+            row_stride,
+            signal_pads,
+            signal_pad_words,
+            rank,
+        };
+        peers.raw().check_ranks()?;
+        Ok(Some(peers))
+    }
+
+    fn raw(&self) -> RawPeers<'_> {
+        RawPeers {
+            buffers: &self.buffers,
+            row_stride: self.row_stride,
+            signal_pads: &self.signal_pads,
+            signal_pad_words: self.signal_pad_words,
+            rank: self.rank,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Python functions.
 // ---------------------------------------------------------------------------------------
 
 /// Residual add (if `residual` is given) + RMSNorm + FP4 quantisation over raw pointers.
 ///
+/// With `ranks` (the other ranks' inputs gathered on this GPU) or `peer_buffers` and
+/// `signal_pads` (every rank's buffer and signal pad over peer access, `peer_row_stride`
+/// elements between the buffers' rows, `signal_pad_words` words per pad, this rank `rank`)
+/// the fused all-reduce of SPEC.md §9 runs in front, on the CUDA backend.
+///
 /// Called by the `fp4norm` Python layer, which derives every address and length from live
 /// tensors; calling it with made-up addresses corrupts memory.
 #[pyfunction]
 #[pyo3(signature = (
     backend, device, stream, dtype, x, residual, weight, y_fp4, row_major, swizzled, y_out,
-    global_scale, eps, block_size, scale_format, enable_pdl=None, weight_bias=0.0, ranks=None
+    global_scale, eps, block_size, scale_format, enable_pdl=None, weight_bias=0.0, ranks=None,
+    peer_buffers=None, peer_row_stride=0, signal_pads=None, signal_pad_words=0, rank=0
 ))]
 #[allow(clippy::too_many_arguments)] // the op's tensors, as in FlashInfer's signature
 fn fused(
@@ -215,8 +286,28 @@ fn fused(
     enable_pdl: Option<bool>,
     weight_bias: f64,
     ranks: Option<Vec<Mat>>,
+    peer_buffers: Option<Vec<u64>>,
+    peer_row_stride: usize,
+    signal_pads: Option<Vec<u64>>,
+    signal_pad_words: usize,
+    rank: usize,
 ) -> PyResult<()> {
     let be = self::backend(&backend, device, stream).map_err(to_py)?;
+    let peers = Peers::from_args(
+        be,
+        peer_buffers,
+        peer_row_stride,
+        signal_pads,
+        signal_pad_words,
+        rank,
+    )
+    .map_err(to_py)?;
+    if peers.is_some() && ranks.is_some() {
+        return Err(to_py(Error::Unsupported(
+            "the other ranks come gathered (ranks) or over peer access (peer_buffers), not both"
+                .into(),
+        )));
+    }
     // The other ranks' inputs of a fused all-reduce (SPEC.md §9), ranks 1, 2, ... (`x` is
     // rank 0's), each of `x`'s shape and row stride: the GPU kernel sums them; the host
     // backends are handed the sum by the Python layer instead.
@@ -277,16 +368,19 @@ fn fused(
         // SAFETY: the Python layer passes live device tensors of `ordinal` and torch's
         // current stream of that device; launch_raw_with validates the call and checks
         // every pointer's device.
-        // With other ranks' inputs, launch_allreduce_raw checks each of them as well.
+        // With other ranks' inputs, launch_allreduce_raw checks each of them as well; over
+        // peer access the Python layer passes a symmetric allocation's addresses, mapped on
+        // this device, and every rank of the group makes the same call.
         Backend::Cuda { ordinal, stream } => unsafe {
             let opts = LaunchOptions {
                 pdl: enable_pdl,
                 devices_checked: false,
             };
-            if ranks.is_empty() {
-                gpu(ordinal)?.launch_raw_with(stream as *mut _, &call, &opts)
-            } else {
-                gpu(ordinal)?.launch_allreduce_raw(stream as *mut _, &call, &ranks, &opts)
+            let g = gpu(ordinal)?;
+            match &peers {
+                Some(p) => g.launch_allreduce_peer_raw(stream as *mut _, &call, &p.raw(), &opts),
+                None if ranks.is_empty() => g.launch_raw_with(stream as *mut _, &call, &opts),
+                None => g.launch_allreduce_raw(stream as *mut _, &call, &ranks, &opts),
             }
         },
     })
@@ -351,13 +445,18 @@ fn dequantize(
 /// (`group_size` -1 for per token, `scale_format`, `scale_layout`, `s_min`) and written to
 /// `scales` (f32 values or UE8M0 bytes).
 ///
+/// With `peer_buffers` and `signal_pads` (every rank's buffer and signal pad over peer
+/// access, as for [`fused`]) the fused all-reduce of SPEC.md §9 runs in front, on the CUDA
+/// backend.
+///
 /// Called by the `fp4norm` Python layer, which derives every address and length from live
 /// arrays; calling it with made-up addresses corrupts memory.
 #[pyfunction]
 #[pyo3(signature = (
     backend, device, stream, dtype, x, residual, weight, q, scales, static_scale, scale_value,
     y_out, element, group_size, scale_format, scale_layout, s_min, eps, weight_bias,
-    enable_pdl=None
+    enable_pdl=None, peer_buffers=None, peer_row_stride=0, signal_pads=None,
+    signal_pad_words=0, rank=0
 ))]
 #[allow(clippy::too_many_arguments)] // the op's tensors and options, as the schemas list them
 fn fused_fp8(
@@ -382,8 +481,22 @@ fn fused_fp8(
     eps: f64,
     weight_bias: f64,
     enable_pdl: Option<bool>,
+    peer_buffers: Option<Vec<u64>>,
+    peer_row_stride: usize,
+    signal_pads: Option<Vec<u64>>,
+    signal_pad_words: usize,
+    rank: usize,
 ) -> PyResult<()> {
     let be = self::backend(&backend, device, stream).map_err(to_py)?;
+    let peers = Peers::from_args(
+        be,
+        peer_buffers,
+        peer_row_stride,
+        signal_pads,
+        signal_pad_words,
+        rank,
+    )
+    .map_err(to_py)?;
     let call = (|| -> Result<RawFp8Call, Fail> {
         let options = match (static_scale, scale_value) {
             (Some(_), Some(_)) => {
@@ -429,16 +542,19 @@ fn fused_fp8(
         Backend::Reference => unsafe { run_host_fp8(&call, HostEngine::Reference) },
         // SAFETY: the Python layer passes live device tensors of `ordinal` and torch's
         // current stream of that device; launch_fp8_raw validates the call and checks every
-        // pointer's device.
+        // pointer's device. Over peer access, as in `fused`.
         Backend::Cuda { ordinal, stream } => unsafe {
-            gpu(ordinal)?.launch_fp8_raw(
-                stream as *mut _,
-                &call,
-                &LaunchOptions {
-                    pdl: enable_pdl,
-                    devices_checked: false,
-                },
-            )
+            let opts = LaunchOptions {
+                pdl: enable_pdl,
+                devices_checked: false,
+            };
+            let g = gpu(ordinal)?;
+            match &peers {
+                Some(p) => {
+                    g.launch_fp8_allreduce_peer_raw(stream as *mut _, &call, &p.raw(), &opts)
+                }
+                None => g.launch_fp8_raw(stream as *mut _, &call, &opts),
+            }
         },
     })
     .map_err(|e| to_py(args::with_py_names(e)))

@@ -333,7 +333,8 @@ def allreduce_add_rmsnorm_fp4quant(
     :func:`fp4norm.reference.allreduce_add_rmsnorm_fp4quant`. On CUDA tensors one kernel
     reads every rank's input (e.g. the rows of an all-gather) and does it all; on host
     arrays the sum is taken first. :func:`fp4norm.distributed.allreduce_add_rmsnorm_fp4quant`
-    gathers the inputs over a process group and calls this. The other arguments are
+    gathers the inputs over a process group and calls this (or, over symmetric memory, runs
+    one kernel that reads the other ranks' inputs where they lie). The other arguments are
     :func:`add_rmsnorm_fp4quant`'s. Torch tensors (CPU or CUDA) go through the
     ``torch.ops.fp4norm.allreduce_add_rmsnorm_fp4quant`` operators, which ``torch.compile``
     traces and CUDA graphs capture.

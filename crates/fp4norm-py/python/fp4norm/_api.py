@@ -9,7 +9,7 @@ import math
 import numbers
 import os
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 from . import _core
 from ._errors import ArgumentError, ArgumentTypeError
@@ -418,6 +418,31 @@ def _backend(ref: _View, backend: Optional[str]) -> Tuple[str, int, int]:
     return ("cuda", ordinal, int(stream))
 
 
+class Peers(NamedTuple):
+    """The ranks of a fused all-reduce over peer access (SPEC.md §9): every rank's buffer
+    and signal pad as mapped on this device (rank order), ``row_stride`` elements between
+    the buffers' rows, ``signal_pad_words`` u32 words per pad, and this ``rank``."""
+
+    buffers: List[int]
+    row_stride: int
+    signal_pads: List[int]
+    signal_pad_words: int
+    rank: int
+
+
+def _peer_args(peers: Optional[Peers]) -> dict:
+    """The native functions' keyword arguments of ``peers`` (none without)."""
+    if peers is None:
+        return {}
+    return {
+        "peer_buffers": list(peers.buffers),
+        "peer_row_stride": peers.row_stride,
+        "signal_pads": list(peers.signal_pads),
+        "signal_pad_words": peers.signal_pad_words,
+        "rank": peers.rank,
+    }
+
+
 # --------------------------------------------------------------------------------------
 # The ops
 # --------------------------------------------------------------------------------------
@@ -518,9 +543,11 @@ def fused(
     weight_bias: Any = None,
     backend: Optional[str] = None,
     ranks: Any = None,
+    peers: Optional["Peers"] = None,
 ) -> Tuple[Any, ...]:
     """The FP4 op; with ``ranks`` (the other ranks' inputs, on the GPU) the fused
-    all-reduce of SPEC.md §9, ``input`` being rank 0's."""
+    all-reduce of SPEC.md §9, ``input`` being rank 0's; with ``peers`` the same over peer
+    access, ``input`` being this rank's."""
     x, x_rows, r_rows, w_buf = _row_inputs(input, residual, weight)
     _, m, h, _ = x_rows
     rank_rows = [_rank_rows(x, a, k + 1) for k, a in enumerate(ranks or ())]
@@ -580,6 +607,7 @@ def fused(
         pdl,
         weight_bias,
         rank_rows or None,
+        **_peer_args(peers),
     )
     del gs_keep  # a temporary device scale is freed in stream order: safe
     if both:
@@ -791,12 +819,14 @@ def fused_fp8(
     weight_bias: Any,
     backend: Optional[str] = None,
     static: bool = False,
+    peers: Optional["Peers"] = None,
 ) -> Tuple[Any, Any]:
     """Residual add + RMSNorm + FP8 quantisation of host arrays (and, through `_core`, of
     CUDA tensors): checks every argument with the caller's names, allocates the outputs not
     given, and runs the call; returns ``(out, scales)``, ``scales`` being the per-tensor
     scale's array for a static scale. ``static`` is FlashInfer's ``rmsnorm_quant``: ``out``
-    and ``scale`` required, ``out``'s float8 dtype picks the element format."""
+    and ``scale`` required, ``out``'s float8 dtype picks the element format. With
+    ``peers`` the fused all-reduce of SPEC.md §9 over peer access runs in front (CUDA)."""
     x, x_rows, r_rows, w_buf = _row_inputs(input, residual, weight)
     _, m, h, _ = x_rows
     eps = _eps(eps)
@@ -851,7 +881,7 @@ def fused_fp8(
     be, ordinal, stream = _backend(x, backend)
     _core.fused_fp8(
         be, ordinal, stream, x.dt, x_rows, r_rows, w_buf, q_buf, scales_buf, static_buf, value,
-        y_rows, elem, group_size, fmt, layout, smin, eps, weight_bias, pdl,
+        y_rows, elem, group_size, fmt, layout, smin, eps, weight_bias, pdl, **_peer_args(peers),
     )
     return out, scales_out
 

@@ -5,7 +5,7 @@ addresses and extents they are given (derived by the Python layer from live arra
 check everything else. Use :func:`fp4norm.add_rmsnorm_fp4quant` and friends instead.
 """
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 __version__: str
 
@@ -32,11 +32,23 @@ def fused(
     scale_format: str,
     enable_pdl: Optional[bool] = None,
     weight_bias: float = 0.0,
+    ranks: Optional[List[_Mat]] = None,
+    peer_buffers: Optional[List[int]] = None,
+    peer_row_stride: int = 0,
+    signal_pads: Optional[List[int]] = None,
+    signal_pad_words: int = 0,
+    rank: int = 0,
 ) -> None:
     """Residual add (if ``residual``) + RMSNorm + FP4 quantisation. ``backend`` is
     ``"cpu"``, ``"reference"`` (host memory) or ``"cuda"`` (device ``device``, raw
     ``stream`` handle; enqueued, never synchronised). ``dtype`` is ``"bf16"`` or
-    ``"f16"``. Raises ValueError (bad argument) or RuntimeError (CUDA / NVRTC)."""
+    ``"f16"``. The fused all-reduce of SPEC.md §9 in front (CUDA only): ``ranks``, the
+    other ranks' inputs gathered on this device (``x`` is rank 0's), or ``peer_buffers``
+    and ``signal_pads``, every rank's buffer and u32 signal pad as mapped on this device
+    (rank order, 1 to 8; ``peer_row_stride`` elements between the buffers' rows,
+    ``signal_pad_words`` words per pad, this ``rank``; ``x`` is this rank's input, and
+    every rank makes the same call). Raises ValueError (bad argument) or RuntimeError
+    (CUDA / NVRTC)."""
 
 def dequantize(
     backend: str,
@@ -75,12 +87,18 @@ def fused_fp8(
     eps: float,
     weight_bias: float,
     enable_pdl: Optional[bool] = None,
+    peer_buffers: Optional[List[int]] = None,
+    peer_row_stride: int = 0,
+    signal_pads: Optional[List[int]] = None,
+    signal_pad_words: int = 0,
+    rank: int = 0,
 ) -> None:
     """Residual add (if ``residual``) + RMSNorm + FP8 quantisation (SPEC.md §8). A
     per-tensor scale by address (``static_scale``, one float32) or by value
     (``scale_value``); without either, dynamic scales (``group_size`` -1 per token, 32, 64,
-    128) written to ``scales``. Raises ValueError / TypeError (bad argument) or
-    RuntimeError (CUDA / NVRTC)."""
+    128) written to ``scales``. ``peer_buffers`` ... ``rank``: the fused all-reduce over
+    peer access in front, as for :func:`fused`. Raises ValueError / TypeError (bad
+    argument) or RuntimeError (CUDA / NVRTC)."""
 
 def dequantize_fp8(
     m: int,

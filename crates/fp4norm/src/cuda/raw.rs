@@ -106,6 +106,30 @@ impl RawPeers<'_> {
     pub fn signal_words_needed(ctas: usize, ranks: usize) -> usize {
         ctas * ranks
     }
+
+    /// The checks that need no device: 1 to 8 ranks, a pad per rank, this rank among them
+    /// (the launch makes them too, with the addresses' and the pads' size).
+    pub fn check_ranks(&self) -> Result<(), Error> {
+        let w = self.buffers.len();
+        if !(1..=8).contains(&w) {
+            return Err(Error::Unsupported(format!(
+                "{w} ranks: the fused all-reduce over peer access sums 1 to 8"
+            )));
+        }
+        if self.signal_pads.len() != w {
+            return Err(Error::Unsupported(format!(
+                "{} signal pads for {w} ranks: one per rank",
+                self.signal_pads.len()
+            )));
+        }
+        if self.rank >= w {
+            return Err(Error::Unsupported(format!(
+                "rank {} of {w} ranks",
+                self.rank
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Checks the peer ranks of a call on this GPU: 1 to 8 ranks, buffers and pads aligned,
@@ -122,24 +146,7 @@ fn check_peers(
     ranges: &mut Vec<Range>,
     vector_aligned: &mut bool,
 ) -> Result<bool, Error> {
-    let w = peers.buffers.len();
-    if !(1..=8).contains(&w) {
-        return Err(Error::Unsupported(format!(
-            "{w} ranks: the fused all-reduce over peer access sums 1 to 8"
-        )));
-    }
-    if peers.signal_pads.len() != w {
-        return Err(Error::Unsupported(format!(
-            "{} signal pads for {w} ranks: one per rank",
-            peers.signal_pads.len()
-        )));
-    }
-    if peers.rank >= w {
-        return Err(Error::Unsupported(format!(
-            "rank {} of {w} ranks",
-            peers.rank
-        )));
-    }
+    peers.check_ranks()?;
     if !has_residual {
         return Err(Error::Unsupported(
             "the fused all-reduce on the GPU needs a residual (it keeps the ranks' sum there)"
