@@ -233,6 +233,7 @@ fn run_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
 
 #[test]
 fn gpu_allreduce_simulated_ranks_match_the_reference() {
+    let _gpu = gpu_common::shared();
     let g = require_gpu!("gpu_allreduce_simulated_ranks_match_the_reference");
     let stream = g.context().new_stream().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0xa11);
@@ -410,6 +411,7 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
 
 #[test]
 fn gpu_allreduce_peer_ranks_on_streams_match_the_reference() {
+    let _gpu = gpu_common::exclusive();
     let g = require_gpu!("gpu_allreduce_peer_ranks_on_streams_match_the_reference");
     // A rank whose peers never arrive waits forever: a watchdog turns a hang into a failure.
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -451,6 +453,7 @@ fn gpu_allreduce_peer_ranks_on_streams_match_the_reference() {
 
 #[test]
 fn gpu_allreduce_peer_refuses_bad_ranks_before_writing() {
+    let _gpu = gpu_common::shared();
     let g = require_gpu!("gpu_allreduce_peer_refuses_bad_ranks_before_writing");
     let stream = g.context().new_stream().unwrap();
     let (m, h) = (4usize, 64usize);
@@ -579,6 +582,7 @@ fn gpu_allreduce_peer_refuses_bad_ranks_before_writing() {
 
 #[test]
 fn gpu_allreduce_refuses_bad_rank_inputs_before_writing() {
+    let _gpu = gpu_common::shared();
     let g = require_gpu!("gpu_allreduce_refuses_bad_rank_inputs_before_writing");
     let stream = g.context().new_stream().unwrap();
     let (m, h) = (4usize, 64usize);

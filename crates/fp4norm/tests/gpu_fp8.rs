@@ -389,6 +389,7 @@ fn report(what: &str, n: usize, failures: &[String]) {
 
 #[test]
 fn gpu_fp8_sweep_matches_the_reference() {
+    let _gpu = gpu_common::shared();
     let g = require_gpu!("gpu_fp8_sweep_matches_the_reference");
     let cases = fp8_cases();
     let failures = run_cases(g, &cases, 0xf8);
@@ -402,6 +403,7 @@ fn gpu_fp8_sweep_matches_the_reference() {
 /// unchanged.
 #[test]
 fn gpu_fp8_allreduce_simulated_ranks_match_the_reference() {
+    let _gpu = gpu_common::shared();
     let g = require_gpu!("gpu_fp8_allreduce_simulated_ranks_match_the_reference");
     let stream = g.context().new_stream().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0xa11);
@@ -490,6 +492,7 @@ const PAD_WORDS: usize = 1 << 14;
 /// resident at once: CTA b of each rank waits for CTA b of the others).
 #[test]
 fn gpu_fp8_allreduce_peer_ranks_on_streams_match_the_reference() {
+    let _gpu = gpu_common::exclusive();
     let g = require_gpu!("gpu_fp8_allreduce_peer_ranks_on_streams_match_the_reference");
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
@@ -590,6 +593,7 @@ fn peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZe
 
 #[test]
 fn gpu_fp8_literal_codecs_path() {
+    let _gpu = gpu_common::shared();
     require_gpu!("gpu_fp8_literal_codecs_path");
     let g = internal::with_conversion_path(Gpu::new(0).expect("opening CUDA device 0"), false);
     let cases: Vec<Fp8Case> = fp8_cases()
@@ -635,6 +639,7 @@ fn row_abs_y<T: Element>(h_row: &[T], w: &[T], o: &fp8::Fp8Options) -> Vec<f32> 
 /// reference over poisoned outputs.
 #[test]
 fn gpu_fp8_per_token_amax_where_the_largest_h_w_is_not_the_largest_y() {
+    let _gpu = gpu_common::shared();
     let g = require_gpu!("gpu_fp8_per_token_amax_where_the_largest_h_w_is_not_the_largest_y");
     let stream = g.context().new_stream().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x7e4);
@@ -887,6 +892,7 @@ fn huge_rows<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZe
 /// values writes the reference's bytes for each.
 #[test]
 fn gpu_fp8_graph_replay_reads_the_static_scale() {
+    let _gpu = gpu_common::shared();
     let g = require_gpu!("gpu_fp8_graph_replay_reads_the_static_scale");
     let (m, h) = (300usize, 4096usize);
     let opts = fp8::Fp8Options::per_tensor(fp8::Fp8Element::E4M3, 1.0);

@@ -2,7 +2,7 @@
 //! host data and the first differing byte of two outputs.
 #![allow(dead_code)]
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use fp4norm::cuda::Gpu;
@@ -112,4 +112,18 @@ pub fn first_diff<T: PartialEq + std::fmt::Debug>(
         ));
     }
     Ok(())
+}
+
+/// The GPU among a test binary's tests: they share it (`shared`), except a test whose
+/// kernels wait for each other across grids (simulated ranks on streams), which needs
+/// every CTA of its grids resident at once and so runs alone (`exclusive`): another test's
+/// kernels taking the SMs could leave a rank's CTAs waiting for peers never scheduled.
+static GPU_USE: RwLock<()> = RwLock::new(());
+
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    GPU_USE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    GPU_USE.write().unwrap_or_else(|e| e.into_inner())
 }
