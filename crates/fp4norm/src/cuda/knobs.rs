@@ -134,6 +134,19 @@ pub(crate) fn pad_spread() -> Option<bool> {
     )
 }
 
+/// `FP4NORM_PAD_CTAS=0|1`: with the padding spread and few rows, the swizzled padding
+/// zeroed by CTAs added after the rows' (1, the default) or by the rows' own threads after
+/// their row (0).
+pub(crate) fn pad_ctas() -> Option<bool> {
+    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
+    switch_knob_once(
+        &KNOB,
+        "FP4NORM_PAD_CTAS",
+        "swizzled padding zeroed by CTAs added after the rows'",
+        "swizzled padding zeroed by the rows' threads after their row",
+    )
+}
+
 /// `FP4NORM_L2_PREFETCH_ROWS=N`: the L2 prefetch fetches the row N ahead (the GPU tests: 1).
 pub(crate) fn l2_prefetch_rows() -> Option<u32> {
     static KNOB: OnceLock<Option<u32>> = OnceLock::new();

@@ -402,9 +402,11 @@ fn check_signal_words(ranks: Ranks, grid: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// The fused kernel's grid over `rows_total` rows: rows per CTA, CTAs per row.
-fn fused_grid(rows_total: usize, cfg: &KernelConfig) -> usize {
+/// The fused kernel's grid over `rows_total` rows of a call of `m`: rows per CTA, CTAs per
+/// row, then the padding CTAs ([`kernel::pad_cta_count`]).
+fn fused_grid(rows_total: usize, m: usize, cfg: &KernelConfig) -> usize {
     rows_total.div_ceil(cfg.rows_per_cta as usize) * cfg.cluster as usize
+        + kernel::pad_cta_count(cfg, m)
 }
 
 /// The ranks after the first of an all-reduce call (SPEC.md §9): each like `c.x` (shape and
@@ -549,7 +551,7 @@ pub(crate) unsafe fn launch_fused_with_ranks(
         ar_rank,
         ar_copy: copy as u32,
     };
-    check_signal_words(ranks, fused_grid(rows_total, &cfg))?;
+    check_signal_words(ranks, fused_grid(rows_total, p.m, &cfg))?;
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // Both kernels of a split swizzled write are loaded before either is launched, so
     // that a failure to build the second cannot leave the first's staging behind.
@@ -869,7 +871,7 @@ pub(crate) unsafe fn launch_fused_fp8(
         ar_rank,
         ar_copy: copy as u32,
     };
-    check_signal_words(ranks, fused_grid(rows_total, &cfg))?;
+    check_signal_words(ranks, fused_grid(rows_total, p.m, &cfg))?;
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // SAFETY: the parameters' pointers were checked above; the caller guarantees the
     // memory is live.
@@ -902,7 +904,7 @@ unsafe fn launch_fused_kernel(
     what: &'static str,
 ) -> Result<(), Error> {
     let rows_total = params.rows_total as usize;
-    let grid = fused_grid(rows_total, cfg);
+    let grid = fused_grid(rows_total, params.m as usize, cfg);
     let grid = u32::try_from(grid)
         .map_err(|_| Error::Unsupported(format!("{rows_total} rows exceed the grid limit")))?;
     let mut args = [params as *mut FusedParams as *mut c_void];

@@ -2,8 +2,8 @@
 //! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
 use super::launch_table::{
-    demote_distance, launch_shape, pad_spread_wanted, shape_fits, swizzle_demote_tiles,
-    swizzle_keep_wanted, swizzle_split_wanted,
+    demote_distance, launch_shape, pad_ctas_wanted, pad_spread_wanted, shape_fits,
+    swizzle_demote_tiles, swizzle_keep_wanted, swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -118,6 +118,9 @@ pub struct KernelConfig {
     /// thread of the grid rather than by CTAs of their own (`FP4_PAD_SPREAD`, see
     /// `pad_spread_wanted`); only where the fused kernel writes swizzled scales.
     pub pad_spread: bool,
+    /// With `pad_spread`, that padding zeroed by CTAs added after the rows' (`FP4_PAD_CTAS`,
+    /// see `pad_ctas_wanted`).
+    pub pad_ctas: bool,
     /// Kept swizzled words handed back to L2's normal eviction this many 128-row tiles
     /// behind each row (`FP4_SWZ_DEMOTE_TILES`, see `swizzle_demote_tiles`; 0: never);
     /// only with `swizzle_keep`. Defined only when nonzero, so other cubins are unchanged.
@@ -178,6 +181,10 @@ impl KernelConfig {
                 && !swizzle_split
                 && swizzle_keep_wanted(p.m, p.h),
             pad_spread: p.layout.has_swizzled() && !swizzle_split && pad_spread_wanted(),
+            pad_ctas: p.layout.has_swizzled()
+                && !swizzle_split
+                && pad_spread_wanted()
+                && pad_ctas_wanted(p.m, limits),
             swizzle_demote_tiles: 0,
             fp8: None,
             ar_ranks: 0,
@@ -250,6 +257,7 @@ impl KernelConfig {
             swizzle_split: false,
             swizzle_keep: swizzled && aligned && swizzle_keep_wanted(p.m, p.h),
             pad_spread: swizzled && pad_spread_wanted(),
+            pad_ctas: swizzled && pad_spread_wanted() && pad_ctas_wanted(p.m, limits),
             swizzle_demote_tiles: 0,
             fp8: Some(Fp8Spec {
                 e5m2: p.options.element == Fp8Element::E5M2,
@@ -327,6 +335,7 @@ impl KernelConfig {
             swizzle_split: false,
             swizzle_keep: false,
             pad_spread: false,
+            pad_ctas: false,
             swizzle_demote_tiles: 0,
             fp8: None,
             ar_ranks: 0,
@@ -400,6 +409,10 @@ impl KernelConfig {
             ""
         } + if self.pad_spread {
             "#define FP4_PAD_SPREAD 1\n"
+        } else {
+            ""
+        } + if self.pad_ctas {
+            "#define FP4_PAD_CTAS 1\n"
         } else {
             ""
         } + &if self.swizzle_demote_tiles > 0 {
@@ -525,6 +538,10 @@ impl KernelConfig {
             " ar_peer"
         } else {
             ""
+        } + if self.pad_ctas {
+            " pad_ctas"
+        } else {
+            ""
         }
     }
 }
@@ -592,6 +609,43 @@ mod tests {
         );
         assert!(!fp8_config(1, 4096, &g128).pad_spread); // its padding rows keep their CTAs
         assert!(!fp8_config(1, 4096, &Fp8Options::per_token(Fp8Element::E4M3)).pad_spread);
+    }
+
+    #[test]
+    fn padding_ctas_only_for_few_rows_in_whole_clusters() {
+        if std::env::var_os("FP4NORM_PAD_SPREAD").is_some()
+            || std::env::var_os("FP4NORM_PAD_CTAS").is_some()
+        {
+            return; // the knobs override the rule
+        }
+        use super::super::launch_table::pad_cta_count;
+        let fp4 = |m: usize, h: usize| {
+            let p = Problem::new(
+                m,
+                h,
+                DType::BF16,
+                crate::ScaleLayout::Swizzled,
+                &crate::Options::nvfp4(),
+            )
+            .expect("valid");
+            KernelConfig::fused(&p, GsMode::Uniform, true, false, &H200)
+        };
+        // 1 x 4096 NVFP4: 64 groups of four blocks x 32 pieces, four a thread, over CTAs of
+        // the row's cluster size.
+        let c = fp4(1, 4096);
+        assert!(c.pad_ctas);
+        let n = pad_cta_count(&c, 1);
+        assert!(
+            n > 0 && n % c.cluster as usize == 0,
+            "{n} CTAs, clusters of {}",
+            c.cluster
+        );
+        assert!(n * c.block_threads() as usize * 4 >= 64 * 32);
+        // No padding in a whole tile; none of these CTAs beyond one row per SM.
+        assert_eq!(pad_cta_count(&fp4(128, 4096), 128), 0);
+        assert!(!fp4(133, 4096).pad_ctas);
+        assert!(!fp4(4096, 4096).pad_ctas);
+        assert!(fp8_config(16, 4096, &crate::fp8::Fp8Options::mxfp8()).pad_ctas);
     }
 
     #[test]

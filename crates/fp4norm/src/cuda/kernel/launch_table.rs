@@ -227,6 +227,31 @@ pub fn pad_spread_wanted() -> bool {
     knobs::pad_spread().unwrap_or(true)
 }
 
+/// Whether the spread padding (`pad_spread_wanted`) of a call of `m` rows is zeroed by CTAs
+/// added after the rows' (`FP4_PAD_CTAS`: on SMs the rows leave idle, off the rows'
+/// critical path) rather than by the rows' threads after their row: with few rows (at
+/// most one per SM), where the rows leave SMs idle and the padding is most of the tile
+/// (docs/swizzled-scales.md); with more, the rows' shapes hold long rows in registers that
+/// the extra branch would spill. The knob `FP4NORM_PAD_CTAS=0` keeps the padding on the
+/// rows' threads.
+pub fn pad_ctas_wanted(m: usize, limits: &DeviceLimits) -> bool {
+    m <= limits.sm_count as usize && knobs::pad_ctas().unwrap_or(true)
+}
+
+/// The padding CTAs a call of `m` rows adds (`FP4_PAD_CTAS`): enough for four 16-byte
+/// pieces of the last tile per thread, whole clusters (no row's cluster holds one); none
+/// where the last tile has no padding.
+pub fn pad_cta_count(cfg: &KernelConfig, m: usize) -> usize {
+    if !cfg.pad_ctas || m % 128 == 0 {
+        return 0;
+    }
+    let nk4 = (cfg.h / cfg.block).div_ceil(4) * 4;
+    let pieces = nk4 / 4 * 32;
+    let ctas = pieces.div_ceil(cfg.block_threads() as usize * 4);
+    let c = cfg.cluster.max(1) as usize;
+    ctas.div_ceil(c) * c
+}
+
 /// Resident CTAs per SM of an aligned fused kernel: the minimum its launch bound asks for
 /// ([`KernelConfig::min_ctas_per_sm`]), or, for CTA sizes it does not bound, what 64
 /// registers per thread allow.

@@ -925,6 +925,19 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
     // visible. A no-op for a normal launch.
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+#if defined(FP4_PAD_CTAS) && defined(PAD_UNITS)
+    // The CTAs after the rows' zero the swizzled padding, on SMs the rows leave idle: whole
+    // clusters of their own (the host rounds their count), which leave before any cluster
+    // or rank barrier, so no row's CTA waits for them.
+    {
+        const i64 row_ctas = ((p.m + FP4_R - 1) / FP4_R) * FP4_C;
+        if ((i64)blockIdx.x >= row_ctas) {
+            zero_swizzled_padding(&p, ((i64)blockIdx.x - row_ctas) * blockDim.x + threadIdx.x,
+                                  ((i64)gridDim.x - row_ctas) * blockDim.x);
+            return;
+        }
+    }
+#endif
 
 #if WARPS_PER_ROW > 1
     __shared__ double partial[FP4_R][WARPS_PER_ROW];
@@ -1163,7 +1176,7 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             for (int j = lane; j < NK4; j += FP4_G) p.sf_swizzled[swizzled_offset(row, j)] = 0;
         }
 #endif
-#ifdef PAD_UNITS
+#if defined(PAD_UNITS) && !defined(FP4_PAD_CTAS)
         // Only the grid's first PAD_UNITS threads hold a share; the others skip the call.
         if ((i64)blockIdx.x * blockDim.x < PAD_UNITS)
             zero_swizzled_padding(&p, (i64)blockIdx.x * blockDim.x + threadIdx.x, (i64)gridDim.x * blockDim.x);
