@@ -578,6 +578,54 @@ fn gpu_allreduce_peer_refuses_bad_ranks_before_writing() {
         r.iter().all(|&v| v == bf16::ONE),
         "the residual was written"
     );
+    // More rows than SMs: refused (the ranks' grids could not all be resident).
+    let many = g.sm_count() as usize + 1;
+    let x_m = upload(&stream, &vec![bf16::ONE; many * h]);
+    let r_m = upload(&stream, &vec![bf16::ONE; many * h]);
+    let b_m = [
+        upload(&stream, &vec![bf16::ONE; many * h]),
+        upload(&stream, &vec![bf16::ONE; many * h]),
+    ];
+    let q_m = upload(&stream, &vec![POISON; many * h / 2]);
+    let rm_m = upload(&stream, &vec![POISON; many * h / 16]);
+    let mat_m = |p: u64| RawMat {
+        ptr: p,
+        rows: many,
+        cols: h,
+        row_stride: h,
+        len: Some(many * h),
+    };
+    let call_m = RawCall {
+        x: mat_m(ptr(&x_m)),
+        residual: Some(mat_m(ptr(&r_m))),
+        y_fp4: RawBuf::new(q_m.device_ptr(&stream).0, many * h / 2),
+        scales: ScaleOut::RowMajor(RawBuf::new(rm_m.device_ptr(&stream).0, many * h / 16)),
+        ..call
+    };
+    let bufs_m = [ptr(&b_m[0]), ptr(&b_m[1])];
+    let big_pads = [s0.device_ptr(&stream).0, s1.device_ptr(&stream).0];
+    let peers_m = RawPeers {
+        buffers: &bufs_m,
+        signal_pads: &big_pads,
+        ..peers
+    };
+    // SAFETY: live allocations; refused before anything is launched.
+    let res = unsafe {
+        g.launch_allreduce_peer_raw(
+            stream.cu_stream(),
+            &call_m,
+            &peers_m,
+            &LaunchOptions::default(),
+        )
+    };
+    let e = res.expect_err("more rows than SMs: accepted");
+    assert!(e.to_string().contains("one per SM"), "{e}");
+    eprintln!("{many} rows: {e}");
+    assert!(stream
+        .clone_dtoh(&q_m)
+        .unwrap()
+        .iter()
+        .all(|&b| b == POISON));
 }
 
 #[test]

@@ -390,6 +390,19 @@ impl Gpu {
         gs: GsMode,
         aligned: bool,
     ) -> KernelConfig {
+        self.config_with(problem, gs, aligned, true)
+    }
+
+    /// [`Gpu::config`]; without `measured_shapes`, the built-in launch table's shape even
+    /// where a tuned table or a forced shape says otherwise (the peer-access all-reduce:
+    /// every rank must launch the same grid, and tables and knobs are per process).
+    pub(crate) fn config_with(
+        &self,
+        problem: &crate::Problem,
+        gs: GsMode,
+        aligned: bool,
+        measured_shapes: bool,
+    ) -> KernelConfig {
         let mut cfg = KernelConfig::fused(problem, gs, aligned, self.hw_e2m1, &self.limits);
         cfg.hw_canonical_nan = self.hw_canonical_nan;
         if self.literal_codecs() {
@@ -398,6 +411,9 @@ impl Gpu {
             cfg.hw_canonical_nan = false;
         }
         cfg.force_exact_sumsq = knobs::force_exact_sumsq();
+        if !measured_shapes {
+            return cfg;
+        }
         // The launch shape forced by FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid;
         // else the tuned table's, where it has one that fits.
         let forced = unpack_shape(self.tune_shape.load(std::sync::atomic::Ordering::Relaxed));
@@ -443,6 +459,18 @@ impl Gpu {
         scale_in_memory: bool,
         aligned: bool,
     ) -> KernelConfig {
+        self.fp8_config_with(problem, scale_in_memory, aligned, true)
+    }
+
+    /// [`Gpu::fp8_config`]; without `measured_shapes`, the built-in shape (as in
+    /// [`Gpu::config_with`]).
+    pub(crate) fn fp8_config_with(
+        &self,
+        problem: &crate::fp8::Fp8Problem,
+        scale_in_memory: bool,
+        aligned: bool,
+        measured_shapes: bool,
+    ) -> KernelConfig {
         let mut cfg = KernelConfig::fp8(problem, scale_in_memory, aligned, &self.limits);
         cfg.hw_canonical_nan = self.hw_canonical_nan;
         if self.literal_codecs() {
@@ -450,6 +478,9 @@ impl Gpu {
             cfg.hw_canonical_nan = false;
         }
         cfg.force_exact_sumsq = knobs::force_exact_sumsq();
+        if !measured_shapes {
+            return cfg;
+        }
         // (The tuned table is the FP4 op's; a forced shape applies to every fused call.)
         let forced = unpack_shape(self.tune_shape.load(std::sync::atomic::Ordering::Relaxed));
         self.force_launch_shape(&mut cfg, forced);

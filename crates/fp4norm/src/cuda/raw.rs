@@ -132,9 +132,10 @@ impl RawPeers<'_> {
     }
 }
 
-/// Checks the peer ranks of a call on this GPU: 1 to 8 ranks, buffers and pads aligned,
-/// this rank's buffer (written where `x` is copied into it) against the call's ranges.
-/// Returns whether `x` is copied.
+/// Checks the peer ranks of a call on this GPU: 1 to 8 ranks, at most `max_rows` rows (one
+/// per SM: the few-row shapes, whose grids are resident at once), buffers and pads
+/// aligned, this rank's buffer (written where `x` is copied into it) against the call's
+/// ranges. Returns whether `x` is copied.
 #[allow(clippy::too_many_arguments)]
 fn check_peers(
     dtype: crate::DType,
@@ -142,11 +143,19 @@ fn check_peers(
     has_residual: bool,
     m: usize,
     h: usize,
+    max_rows: usize,
     peers: &RawPeers,
     ranges: &mut Vec<Range>,
     vector_aligned: &mut bool,
 ) -> Result<bool, Error> {
     peers.check_ranks()?;
+    if m > max_rows {
+        return Err(Error::Unsupported(format!(
+            "{m} rows over peer access: at most {max_rows} (one per SM), where every CTA of a \
+             rank's grid is resident at once and so cannot wait for a peer CTA that is not; \
+             gather the ranks' inputs for more"
+        )));
+    }
     if !has_residual {
         return Err(Error::Unsupported(
             "the fused all-reduce on the GPU needs a residual (it keeps the ranks' sum there)"
@@ -487,6 +496,7 @@ pub(crate) unsafe fn launch_fused_with_ranks(
                 c.residual.is_some(),
                 m,
                 h,
+                gpu.limits.sm_count as usize,
                 peers,
                 &mut checked.ranges,
                 &mut checked.vector_aligned,
@@ -507,7 +517,8 @@ pub(crate) unsafe fn launch_fused_with_ranks(
         c.global_scale
     };
     let (gs, gs_ptr) = gs_mode(global_scale);
-    let mut cfg = gpu.config(&p, gs, aligned);
+    let peer = matches!(ranks, Ranks::Peers(_));
+    let mut cfg = gpu.config_with(&p, gs, aligned, !peer);
     cfg.ar_ranks = ranks.count() as u32;
     cfg.ar_peer = matches!(ranks, Ranks::Peers(_));
     let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);
@@ -801,6 +812,7 @@ pub(crate) unsafe fn launch_fused_fp8(
                 c.residual.is_some(),
                 m,
                 h,
+                gpu.limits.sm_count as usize,
                 peers,
                 &mut checked.ranges,
                 &mut checked.vector_aligned,
@@ -815,7 +827,8 @@ pub(crate) unsafe fn launch_fused_fp8(
     }
     gpu.settle_conversions(stream)?;
     let pdl = gpu.pdl_for(opts.pdl);
-    let mut cfg = gpu.fp8_config(&p, c.static_scale.is_some(), aligned);
+    let peer = matches!(ranks, Ranks::Peers(_));
+    let mut cfg = gpu.fp8_config_with(&p, c.static_scale.is_some(), aligned, !peer);
     cfg.ar_ranks = ranks.count() as u32;
     cfg.ar_peer = matches!(ranks, Ranks::Peers(_));
     let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);

@@ -83,21 +83,37 @@ struct Fp4NormParams {
 // k sets word b * RANKS + k of each rank's pad from 0 to 1 (waiting for it to be 0, i.e. the
 // last signal taken), the receiver takes it back from 1 to 0, so the pads are 0 after every
 // call and CUDA graphs replay it unchanged. System scope: the peers are other GPUs.
+// A peer that has not arrived after AR_TIMEOUT_NS (a rank that failed before its launch,
+// or launched another call) traps the kernel: the process sees a launch failure instead of
+// a GPU that waits forever.
+#define AR_TIMEOUT_NS 30000000000ull
+__device__ __forceinline__ void ar_wait_or_trap(u64& since) {
+    u64 now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (since == 0) since = now;
+    else if (now - since > AR_TIMEOUT_NS) __trap();
+}
 __device__ __forceinline__ void signal_put(u32* at) {
     u32 old;
-    do {
+    u64 since = 0;
+    for (;;) {
         asm volatile("atom.release.sys.global.cas.b32 %0, [%1], 0, 1;" : "=r"(old) : "l"(at) : "memory");
-    } while (old != 0);
+        if (old == 0) break;
+        ar_wait_or_trap(since);
+    }
 }
 template <bool ACQUIRE>
 __device__ __forceinline__ void signal_take(u32* at) {
     u32 old;
-    do {
+    u64 since = 0;
+    for (;;) {
         if (ACQUIRE)
             asm volatile("atom.acquire.sys.global.cas.b32 %0, [%1], 1, 0;" : "=r"(old) : "l"(at) : "memory");
         else
             asm volatile("atom.relaxed.sys.global.cas.b32 %0, [%1], 1, 0;" : "=r"(old) : "l"(at) : "memory");
-    } while (old != 1);
+        if (old == 1) break;
+        ar_wait_or_trap(since);
+    }
 }
 // Every thread of the CTA calls it. ACQUIRE: the peers' rows written before their signals
 // are visible to every thread after it (the CTA barrier after the acquiring takes); else the
