@@ -12,7 +12,8 @@ the keyword ``transport``:
   buffer of a symmetric workspace, meets the other ranks' CTAs through signal pads (no host
   synchronisation), reads every rank's buffer over NVLink and runs the op: one kernel, no
   collective launch (the one-shot kernel of docs/tensor-parallel.md). All ranks on one
-  host (or one NVLink fabric).
+  host (or one NVLink fabric), at most one row per SM (132 on an H200; more are refused:
+  the kernel's ranks wait for each other's CTAs, which must all be resident).
 * ``"auto"`` (the default): ``"symmetric"`` for at most :data:`SYMMETRIC_MAX_ROWS` rows
   where symmetric memory is available for the group (PyTorch has it, every rank on one
   host, the workspace could be set up), else ``"gather"``; inside ``torch.compile`` always
@@ -310,8 +311,11 @@ def _group_object(group: Any) -> Any:
     return group
 
 
-def _key(group: Any, device: Any) -> Tuple[int, int]:
-    return (id(group), int(device.index))
+def _key(group: Any, device: Any) -> Tuple[Any, int]:
+    """A workspace's key: the group's name (unique for the process's life, unlike its
+    id once a group is destroyed) and the device."""
+    name = getattr(group, "group_name", None)
+    return (name if name else id(group), int(device.index))
 
 
 def _workspace(group: Any, device: Any) -> _Workspace:
@@ -344,23 +348,37 @@ def _one_host(group: Any, device: Any) -> Optional[str]:
 
 def _symmetric_reason(group: Any, device: Any) -> Optional[str]:
     """Why "auto" cannot use symmetric memory for ``group`` on ``device`` (None: it can,
-    and the workspace exists). The same answer on every rank: each check is collective or
-    looks at what every rank shares (the torch build, the call)."""
+    and the workspace exists). The same answer on every rank: after each rank's attempt,
+    the ranks agree (a MIN all-reduce of their outcomes), since a set-up can fail on one
+    rank alone (memory, a refused mapping) and ranks that chose differently would wait for
+    each other forever."""
+    import torch
+    import torch.distributed as dist
+
     key = _key(group, device)
     if key in _WORKSPACES:
         return None
     if key in _UNAVAILABLE:
         return _UNAVAILABLE[key]
     try:
-        symm_mem = _symm_mem()
-        if symm_mem.get_backend(device) is None:
-            raise SymmetricMemoryUnavailable(
-                "torch has no symmetric-memory backend for CUDA devices"
-            )
-        reason = _one_host(group, device)
-        if reason is not None:
-            raise SymmetricMemoryUnavailable(reason)
-        _workspace(group, device)
+        try:
+            symm_mem = _symm_mem()
+            if symm_mem.get_backend(device) is None:
+                raise SymmetricMemoryUnavailable(
+                    "torch has no symmetric-memory backend for CUDA devices"
+                )
+            reason = _one_host(group, device)
+            if reason is not None:
+                raise SymmetricMemoryUnavailable(reason)
+            _workspace(group, device)
+            mine = None
+        except SymmetricMemoryUnavailable as e:
+            mine = str(e)
+        ok = torch.tensor([0 if mine else 1], dtype=torch.int32, device=device)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=group)
+        if int(ok.item()) == 0:
+            _WORKSPACES.pop(key, None)  # (kept by none: this group gathers from now on)
+            raise SymmetricMemoryUnavailable(mine or "another rank could not set it up")
     except SymmetricMemoryUnavailable as e:
         _UNAVAILABLE[key] = str(e)
         warnings.warn(
@@ -449,7 +467,9 @@ def symmetric_input_buffer(
     shape. The view stays valid (its memory is kept) but stops being the workspace's buffer
     once a larger call grows it; passed then, it is copied in as any input is. Its contents
     are this rank's input only until the next call on the workspace (whose kernel may copy
-    another input in): write it before each call.
+    another input in): write it before each call, on the stream of the calls (or a stream
+    ordered after this rank's previous call): until that call has finished, a peer may
+    still be reading the buffer.
 
     Raises SymmetricMemoryUnavailable where symmetric memory cannot be set up."""
     import torch
