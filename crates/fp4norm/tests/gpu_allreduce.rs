@@ -413,18 +413,8 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
 fn gpu_allreduce_peer_ranks_on_streams_match_the_reference() {
     let _gpu = gpu_common::exclusive();
     let g = require_gpu!("gpu_allreduce_peer_ranks_on_streams_match_the_reference");
-    // A rank whose peers never arrive waits forever: a watchdog turns a hang into a failure.
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_secs(120));
-            if !done.load(std::sync::atomic::Ordering::SeqCst) {
-                eprintln!("FAIL the peer-access cases did not finish in 120 s (ranks waiting for each other)");
-                std::process::abort();
-            }
-        });
-    }
+    // A rank whose peers never arrive waits forever: the watchdog makes that a failure.
+    let _watch = gpu_common::watchdog("the peer-access cases", 120);
     let main = g.context().new_stream().unwrap();
     let streams: Vec<Arc<CudaStream>> = (0..8).map(|_| g.context().new_stream().unwrap()).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x9ee7);
@@ -439,7 +429,6 @@ fn gpu_allreduce_peer_ranks_on_streams_match_the_reference() {
             failures.push(format!("{c:?}: {e}"));
         }
     }
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
     for f in &failures {
         eprintln!("FAIL {f}");
     }

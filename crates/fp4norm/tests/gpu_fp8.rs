@@ -494,17 +494,8 @@ const PAD_WORDS: usize = 1 << 14;
 fn gpu_fp8_allreduce_peer_ranks_on_streams_match_the_reference() {
     let _gpu = gpu_common::exclusive();
     let g = require_gpu!("gpu_fp8_allreduce_peer_ranks_on_streams_match_the_reference");
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_secs(120));
-            if !done.load(std::sync::atomic::Ordering::SeqCst) {
-                eprintln!("FAIL the FP8 peer-access cases did not finish in 120 s (ranks waiting for each other)");
-                std::process::abort();
-            }
-        });
-    }
+    // A rank whose peers never arrive waits forever: the watchdog makes that a failure.
+    let _watch = gpu_common::watchdog("the FP8 peer-access cases", 120);
     let main = g.context().new_stream().unwrap();
     let streams: Vec<Arc<CudaStream>> = (0..8).map(|_| g.context().new_stream().unwrap()).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0xf89ee7);
@@ -519,7 +510,6 @@ fn gpu_fp8_allreduce_peer_ranks_on_streams_match_the_reference() {
             failures.push(format!("{nr} ranks, {c:?}: {e}"));
         }
     }
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
     report(
         "FP8 all-reduce over peer access (2 rounds each)",
         cases.len(),

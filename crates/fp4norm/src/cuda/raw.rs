@@ -418,22 +418,44 @@ fn fused_grid(rows_total: usize, m: usize, cfg: &KernelConfig) -> usize {
         + kernel::pad_cta_count(cfg, m)
 }
 
-/// The ranks after the first of an all-reduce call (SPEC.md §9): each like `c.x` (shape and
-/// stride), read only; their byte ranges join the call's for the overlap and device checks.
-fn check_rank_inputs(c: &RawCall, more: &[RawMat], checked: &mut Checked) -> Result<(), Error> {
-    check_rank_mats(
-        c.dtype,
-        &c.x,
-        c.residual.is_some(),
-        checked.problem.m,
-        more,
-        &mut checked.ranges,
-        &mut checked.vector_aligned,
-    )
+/// The ranks of an all-reduce call (SPEC.md §9) of `m` rows of `h` with input `x`, for the
+/// FP4 and FP8 calls alike: gathered ranks ([`check_rank_mats`]) or peers
+/// ([`check_peers`]), their byte ranges joining the call's for the overlap and device
+/// checks. Returns whether a peer call copies `x` into its buffer.
+#[allow(clippy::too_many_arguments)]
+fn check_ranks(
+    gpu: &Gpu,
+    dtype: crate::DType,
+    x: &RawMat,
+    has_residual: bool,
+    m: usize,
+    h: usize,
+    ranks: Ranks,
+    ranges: &mut Vec<Range>,
+    vector_aligned: &mut bool,
+) -> Result<bool, Error> {
+    match ranks {
+        Ranks::Gathered([]) => Ok(false),
+        Ranks::Gathered(more) => {
+            check_rank_mats(dtype, x, has_residual, m, more, ranges, vector_aligned)?;
+            Ok(false)
+        }
+        Ranks::Peers(peers) => check_peers(
+            dtype,
+            x,
+            has_residual,
+            m,
+            h,
+            gpu.limits.sm_count as usize,
+            peers,
+            ranges,
+            vector_aligned,
+        ),
+    }
 }
 
-/// [`check_rank_inputs`] over a call's parts (`x` rank 0's input, `m` its rows), for the FP4
-/// and FP8 calls alike.
+/// The ranks after the first of an all-reduce call (SPEC.md §9), each like `x` (rank 0's
+/// input, `m` its rows: shape and stride), read only.
 fn check_rank_mats(
     dtype: crate::DType,
     x0: &RawMat,
@@ -484,25 +506,18 @@ pub(crate) unsafe fn launch_fused_with_ranks(
     opts: &LaunchOptions,
 ) -> Result<(), Error> {
     let mut checked = c.validate()?;
-    let mut copy = false;
-    match ranks {
-        Ranks::Gathered(more) if !more.is_empty() => check_rank_inputs(c, more, &mut checked)?,
-        Ranks::Gathered(_) => {}
-        Ranks::Peers(peers) => {
-            let (m, h) = (checked.problem.m, checked.problem.h);
-            copy = check_peers(
-                c.dtype,
-                &c.x,
-                c.residual.is_some(),
-                m,
-                h,
-                gpu.limits.sm_count as usize,
-                peers,
-                &mut checked.ranges,
-                &mut checked.vector_aligned,
-            )?;
-        }
-    }
+    let (m, h) = (checked.problem.m, checked.problem.h);
+    let copy = check_ranks(
+        gpu,
+        c.dtype,
+        &c.x,
+        c.residual.is_some(),
+        m,
+        h,
+        ranks,
+        &mut checked.ranges,
+        &mut checked.vector_aligned,
+    )?;
     let checked = validate_on(gpu, checked, opts)?;
     let (p, aligned) = (checked.problem, checked.vector_aligned);
     if p.m == 0 {
@@ -792,33 +807,18 @@ pub(crate) unsafe fn launch_fused_fp8(
 ) -> Result<(), Error> {
     use crate::fp8::{Fp8ScaleLayout, Fp8Scaling};
     let mut checked = c.validate()?;
-    let mut copy = false;
-    match ranks {
-        Ranks::Gathered(more) if !more.is_empty() => check_rank_mats(
-            c.dtype,
-            &c.x,
-            c.residual.is_some(),
-            checked.problem.m,
-            more,
-            &mut checked.ranges,
-            &mut checked.vector_aligned,
-        )?,
-        Ranks::Gathered(_) => {}
-        Ranks::Peers(peers) => {
-            let (m, h) = (checked.problem.m, checked.problem.h);
-            copy = check_peers(
-                c.dtype,
-                &c.x,
-                c.residual.is_some(),
-                m,
-                h,
-                gpu.limits.sm_count as usize,
-                peers,
-                &mut checked.ranges,
-                &mut checked.vector_aligned,
-            )?;
-        }
-    }
+    let (m, h) = (checked.problem.m, checked.problem.h);
+    let copy = check_ranks(
+        gpu,
+        c.dtype,
+        &c.x,
+        c.residual.is_some(),
+        m,
+        h,
+        ranks,
+        &mut checked.ranges,
+        &mut checked.vector_aligned,
+    )?;
     let p = checked.problem;
     check_devices(gpu, &checked.ranges, opts)?;
     let aligned = checked.vector_aligned;

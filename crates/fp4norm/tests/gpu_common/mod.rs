@@ -127,3 +127,28 @@ pub fn shared() -> RwLockReadGuard<'static, ()> {
 pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
     GPU_USE.write().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Aborts the test process, with a FAIL line naming `what`, unless the returned guard is
+/// dropped within `secs`: a kernel whose CTAs wait for each other across grids hangs
+/// rather than fails, and a hang is a failure.
+pub fn watchdog(what: &'static str, secs: u64) -> Watchdog {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(secs));
+        if !seen.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("FAIL {what} did not finish in {secs} s (ranks waiting for each other)");
+            std::process::abort();
+        }
+    });
+    Watchdog(done)
+}
+
+/// See [`watchdog`].
+pub struct Watchdog(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
