@@ -17,7 +17,7 @@ use fp4norm::{
     bf16, f16, reference, DType, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options, RawBuf,
     RawCall, RawGlobalScale, RawMat, ScaleFormat, ScaleLayout, ScaleOut,
 };
-use gpu_common::{first_diff, seed, upload, POISON};
+use gpu_common::{first_diff, seed, upload, SimRanks, POISON};
 use rand::{Rng, SeedableRng};
 use sweep::allreduce::{allreduce_cases, peer_cases, ArCase};
 
@@ -259,9 +259,6 @@ fn gpu_allreduce_simulated_ranks_match_the_reference() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Words of each simulated rank's signal pad.
-const PAD_WORDS: usize = 1 << 14;
-
 /// Case `c` over peer access: W ranks as W grids on W streams of one GPU, each with its own
 /// buffer, signal pad, residual and outputs (poisoned), reading the others' buffers. Round
 /// 0 copies each rank's input into its buffer; round 1 passes the buffer as the input (no
@@ -287,14 +284,7 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
     let w_d = upload(main, &rc.w);
     let gs_d = upload(main, &[GS]);
     let xs: Vec<CudaSlice<T>> = rc.ranks.iter().map(|x| upload(main, &pad(x))).collect();
-    let bufs: Vec<CudaSlice<T>> = (0..nr)
-        .map(|_| upload(main, &vec![T::from_bits(0x5555); m * h]))
-        .collect();
-    let pads: Vec<CudaSlice<u32>> = (0..nr)
-        .map(|_| upload(main, &vec![0u32; PAD_WORDS]))
-        .collect();
-    let buf_ptrs: Vec<u64> = bufs.iter().map(|b| b.device_ptr(main).0).collect();
-    let pad_ptrs: Vec<u64> = pads.iter().map(|b| b.device_ptr(main).0).collect();
+    let sim = SimRanks::new(main, nr, m, h, T::from_bits(0x5555));
     let bits = |v: &[T]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
     for round in 0..2 {
         let rs: Vec<CudaSlice<T>> = (0..nr).map(|_| upload(main, &pad(&rc.r))).collect();
@@ -316,11 +306,11 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
             len: Some(m * h),
         };
         let bp = |s: &CudaSlice<u8>, n: usize| RawBuf::new(s.device_ptr(main).0, n);
-        for k in 0..nr {
+        sim.run(streams, round, |k, stream, peers| {
             let x = if round == 0 {
                 mat(xs[k].device_ptr(main).0 + off as u64 * e)
             } else {
-                mat(buf_ptrs[k])
+                mat(sim.buf_ptrs[k])
             };
             let call = RawCall {
                 dtype: T::DTYPE,
@@ -340,29 +330,11 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
                 global_scale: RawGlobalScale::Uniform(RawBuf::new(gs_d.device_ptr(main).0, 1)),
                 options: opts,
             };
-            let peers = RawPeers {
-                buffers: &buf_ptrs,
-                row_stride: h,
-                signal_pads: &pad_ptrs,
-                signal_pad_words: PAD_WORDS,
-                rank: k,
-            };
-            // SAFETY: every buffer is a live allocation of this device holding the extents
-            // given, and every rank's call is made (the same case) before any is awaited.
-            unsafe {
-                g.launch_allreduce_peer_raw(
-                    streams[k].cu_stream(),
-                    &call,
-                    &peers,
-                    &LaunchOptions::default(),
-                )
-            }
-            .map_err(|e| format!("round {round}, rank {k}: launch failed: {e}"))?;
-        }
-        for (k, s) in streams[..nr].iter().enumerate() {
-            s.synchronize()
-                .map_err(|e| format!("round {round}, rank {k}: kernel failed: {e}"))?;
-        }
+            // SAFETY: every buffer is a live allocation of this device holding the
+            // extents given, and every rank's call is made (the same case) before any
+            // is awaited.
+            unsafe { g.launch_allreduce_peer_raw(stream, &call, peers, &LaunchOptions::default()) }
+        })?;
         for k in 0..nr {
             let at = |what: &str| format!("round {round}, rank {k}: {what}");
             first_diff(
@@ -389,7 +361,7 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
             }
             let got_r: Vec<T> = main.clone_dtoh(&rs[k]).unwrap();
             first_diff(&at("residual"), &bits(&got_r[off..]), &bits(&rc.r_ref), h)?;
-            let got_buf: Vec<T> = main.clone_dtoh(&bufs[k]).unwrap();
+            let got_buf: Vec<T> = main.clone_dtoh(&sim.bufs[k]).unwrap();
             first_diff(
                 &at("its buffer (its input)"),
                 &bits(&got_buf),
@@ -400,10 +372,7 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
             if bits(&got_x[off..]) != bits(&rc.ranks[k]) {
                 return Err(at("its input was written"));
             }
-            let got_pad: Vec<u32> = main.clone_dtoh(&pads[k]).unwrap();
-            if let Some(i) = got_pad.iter().position(|&w| w != 0) {
-                return Err(at(&format!("signal word {i} left at {}", got_pad[i])));
-            }
+            sim.pad_at_zero(main, k).map_err(|e| at(&e))?;
         }
     }
     Ok(())

@@ -13,10 +13,10 @@ mod sweep;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
-use fp4norm::cuda::{internal, Gpu, LaunchOptions, RawPeers};
+use fp4norm::cuda::{internal, Gpu, LaunchOptions};
 use fp4norm::fp8::{self, Fp8Out, Fp8ScaleFormat, Fp8Scales, Fp8Scaling, RawFp8Call};
 use fp4norm::{bf16, f16, DType, Element, MatMut, MatRef, RawBuf, RawMat};
-use gpu_common::{first_diff, seed, upload, POISON};
+use gpu_common::{first_diff, seed, upload, SimRanks, POISON};
 use rand::{Rng, SeedableRng};
 use sweep::fp8::{fp8_cases, Fp8Case, LITERAL_EVERY};
 
@@ -482,9 +482,6 @@ fn allreduce_host<T: Element>(
     Ok((xs, hc))
 }
 
-/// Words of each simulated rank's signal pad.
-const PAD_WORDS: usize = 1 << 14;
-
 /// The FP8 op behind the all-reduce over peer access (SPEC.md §9 then §8): W ranks as W
 /// grids on W streams of one GPU, each with its own buffer, signal pad, residual and
 /// poisoned outputs; round 0 copies each rank's input into its buffer, round 1 passes the
@@ -527,14 +524,7 @@ fn peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZe
 ) -> Result<(), String> {
     let (m, h) = (c.m, c.h);
     let (xs, hc) = allreduce_host::<T>(nr, c, rng)?;
-    let bufs: Vec<CudaSlice<T>> = (0..nr)
-        .map(|_| upload(main, &vec![T::from_bits(0x5555); m * h]))
-        .collect();
-    let pads: Vec<CudaSlice<u32>> = (0..nr)
-        .map(|_| upload(main, &vec![0u32; PAD_WORDS]))
-        .collect();
-    let buf_ptrs: Vec<u64> = bufs.iter().map(|b| b.device_ptr(main).0).collect();
-    let pad_ptrs: Vec<u64> = pads.iter().map(|b| b.device_ptr(main).0).collect();
+    let sim = SimRanks::new(main, nr, m, h, T::from_bits(0x5555));
     let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
     for round in 0..2 {
         let devs: Vec<DevCase<T>> = xs
@@ -542,40 +532,20 @@ fn peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZe
             .map(|x| DevCase::upload(main, c, &hc, x))
             .collect();
         main.synchronize().map_err(|e| format!("uploads: {e}"))?;
-        for (k, d) in devs.iter().enumerate() {
-            let call = d.call(main, c, &hc, (round == 1).then_some(buf_ptrs[k]));
-            let peers = RawPeers {
-                buffers: &buf_ptrs,
-                row_stride: h,
-                signal_pads: &pad_ptrs,
-                signal_pad_words: PAD_WORDS,
-                rank: k,
-            };
+        sim.run(streams, round, |k, stream, peers| {
+            let call = devs[k].call(main, c, &hc, (round == 1).then_some(sim.buf_ptrs[k]));
             // SAFETY: every buffer is a live allocation of this device holding the extents
             // given, and every rank's call is made (the same case) before any is awaited.
             unsafe {
-                g.launch_fp8_allreduce_peer_raw(
-                    streams[k].cu_stream(),
-                    &call,
-                    &peers,
-                    &LaunchOptions::default(),
-                )
+                g.launch_fp8_allreduce_peer_raw(stream, &call, peers, &LaunchOptions::default())
             }
-            .map_err(|e| format!("round {round}, rank {k}: launch failed: {e}"))?;
-        }
-        for (k, s) in streams[..nr].iter().enumerate() {
-            s.synchronize()
-                .map_err(|e| format!("round {round}, rank {k}: kernel failed: {e}"))?;
-        }
+        })?;
         for (k, d) in devs.iter().enumerate() {
             let at = |e: String| format!("round {round}, rank {k}: {e}");
             d.verify(main, c, &hc, &xs[k]).map_err(at)?;
-            let got: Vec<T> = main.clone_dtoh(&bufs[k]).unwrap();
+            let got: Vec<T> = main.clone_dtoh(&sim.bufs[k]).unwrap();
             first_diff("its buffer (its input)", &bits(&got), &bits(&xs[k]), h).map_err(at)?;
-            let got_pad: Vec<u32> = main.clone_dtoh(&pads[k]).unwrap();
-            if let Some(i) = got_pad.iter().position(|&w| w != 0) {
-                return Err(at(format!("signal word {i} left at {}", got_pad[i])));
-            }
+            sim.pad_at_zero(main, k).map_err(at)?;
         }
     }
     Ok(())

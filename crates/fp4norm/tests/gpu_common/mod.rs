@@ -152,3 +152,77 @@ impl Drop for Watchdog {
         self.0.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// Words of each simulated rank's signal pad.
+pub const PAD_WORDS: usize = 1 << 14;
+
+/// W ranks of the peer-access all-reduce simulated on one GPU (SPEC.md §9): each rank's
+/// buffer (filled with `poison`) and signal pad (zero), as `RawPeers` sees them.
+pub struct SimRanks<T: cudarc::driver::DeviceRepr> {
+    pub bufs: Vec<CudaSlice<T>>,
+    pads: Vec<CudaSlice<u32>>,
+    pub buf_ptrs: Vec<u64>,
+    pad_ptrs: Vec<u64>,
+    row_stride: usize,
+}
+
+impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy> SimRanks<T> {
+    pub fn new(main: &Arc<CudaStream>, ranks: usize, m: usize, h: usize, poison: T) -> Self {
+        use cudarc::driver::DevicePtr;
+        let bufs: Vec<CudaSlice<T>> = (0..ranks)
+            .map(|_| upload(main, &vec![poison; m * h]))
+            .collect();
+        let pads: Vec<CudaSlice<u32>> = (0..ranks)
+            .map(|_| upload(main, &vec![0u32; PAD_WORDS]))
+            .collect();
+        let buf_ptrs = bufs.iter().map(|b| b.device_ptr(main).0).collect();
+        let pad_ptrs = pads.iter().map(|b| b.device_ptr(main).0).collect();
+        SimRanks {
+            bufs,
+            pads,
+            buf_ptrs,
+            pad_ptrs,
+            row_stride: h,
+        }
+    }
+
+    /// Rank `k`'s call of round `round`: `launch(k, its stream, its peers)` for every rank,
+    /// all before any is awaited (each waits for the others), then every stream awaited.
+    pub fn run(
+        &self,
+        streams: &[Arc<CudaStream>],
+        round: usize,
+        mut launch: impl FnMut(
+            usize,
+            cudarc::driver::sys::CUstream,
+            &fp4norm::cuda::RawPeers,
+        ) -> Result<(), fp4norm::Error>,
+    ) -> Result<(), String> {
+        let n = self.bufs.len();
+        for (k, s) in streams[..n].iter().enumerate() {
+            let peers = fp4norm::cuda::RawPeers {
+                buffers: &self.buf_ptrs,
+                row_stride: self.row_stride,
+                signal_pads: &self.pad_ptrs,
+                signal_pad_words: PAD_WORDS,
+                rank: k,
+            };
+            launch(k, s.cu_stream(), &peers)
+                .map_err(|e| format!("round {round}, rank {k}: launch failed: {e}"))?;
+        }
+        for (k, s) in streams[..n].iter().enumerate() {
+            s.synchronize()
+                .map_err(|e| format!("round {round}, rank {k}: kernel failed: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Rank `k`'s pad is all 0 again (the kernel takes back every signal it got).
+    pub fn pad_at_zero(&self, main: &Arc<CudaStream>, k: usize) -> Result<(), String> {
+        let got: Vec<u32> = main.clone_dtoh(&self.pads[k]).unwrap();
+        match got.iter().position(|&w| w != 0) {
+            Some(i) => Err(format!("signal word {i} left at {}", got[i])),
+            None => Ok(()),
+        }
+    }
+}
