@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use fp4norm::cuda::{Gpu, LaunchOptions, RawPeers};
+use fp4norm::cuda::{Gpu, LaunchOptions, PeerStrategy, RawPeers};
 use fp4norm::fp8::{
     self, run_host_fp8, Fp8Problem, Fp8ScaleFormat, Fp8ScalesIn, Fp8Scaling, RawFp8Call,
 };
@@ -193,6 +193,7 @@ struct Peers {
     signal_pads: Vec<u64>,
     signal_pad_words: usize,
     rank: usize,
+    strategy: PeerStrategy,
 }
 
 impl Peers {
@@ -207,6 +208,7 @@ impl Peers {
         signal_pads: Option<Vec<u64>>,
         signal_pad_words: usize,
         rank: usize,
+        strategy: PeerStrategy,
     ) -> Result<Option<Peers>, Error> {
         let (buffers, signal_pads) = match (buffers, signal_pads) {
             (None, None) => return Ok(None),
@@ -230,6 +232,7 @@ impl Peers {
             signal_pads,
             signal_pad_words,
             rank,
+            strategy,
         };
         peers.raw().check_ranks()?;
         Ok(Some(peers))
@@ -242,6 +245,7 @@ impl Peers {
             signal_pads: &self.signal_pads,
             signal_pad_words: self.signal_pad_words,
             rank: self.rank,
+            strategy: self.strategy,
         }
     }
 }
@@ -254,8 +258,9 @@ impl Peers {
 ///
 /// With `ranks` (the other ranks' inputs gathered on this GPU) or `peer_buffers` and
 /// `signal_pads` (every rank's buffer and signal pad over peer access, `peer_row_stride`
-/// elements between the buffers' rows, `signal_pad_words` words per pad, this rank `rank`)
-/// the fused all-reduce of SPEC.md §9 runs in front, on the CUDA backend.
+/// elements between the buffers' rows, `signal_pad_words` words per pad, this rank `rank`,
+/// the two-shot schedule with `peer_two_shot`) the fused all-reduce of SPEC.md §9 runs in
+/// front, on the CUDA backend.
 ///
 /// Called by the `fp4norm` Python layer, which derives every address and length from live
 /// tensors; calling it with made-up addresses corrupts memory.
@@ -263,7 +268,8 @@ impl Peers {
 #[pyo3(signature = (
     backend, device, stream, dtype, x, residual, weight, y_fp4, row_major, swizzled, y_out,
     global_scale, eps, block_size, scale_format, enable_pdl=None, weight_bias=0.0, ranks=None,
-    peer_buffers=None, peer_row_stride=0, signal_pads=None, signal_pad_words=0, rank=0
+    peer_buffers=None, peer_row_stride=0, signal_pads=None, signal_pad_words=0, rank=0,
+    peer_two_shot=false
 ))]
 #[allow(clippy::too_many_arguments)] // the op's tensors, as in FlashInfer's signature
 fn fused(
@@ -291,6 +297,7 @@ fn fused(
     signal_pads: Option<Vec<u64>>,
     signal_pad_words: usize,
     rank: usize,
+    peer_two_shot: bool,
 ) -> PyResult<()> {
     let be = self::backend(&backend, device, stream).map_err(to_py)?;
     let peers = Peers::from_args(
@@ -300,6 +307,11 @@ fn fused(
         signal_pads,
         signal_pad_words,
         rank,
+        if peer_two_shot {
+            PeerStrategy::TwoShot
+        } else {
+            PeerStrategy::OneShot
+        },
     )
     .map_err(to_py)?;
     if peers.is_some() && ranks.is_some() {
@@ -456,7 +468,7 @@ fn dequantize(
     backend, device, stream, dtype, x, residual, weight, q, scales, static_scale, scale_value,
     y_out, element, group_size, scale_format, scale_layout, s_min, eps, weight_bias,
     enable_pdl=None, peer_buffers=None, peer_row_stride=0, signal_pads=None,
-    signal_pad_words=0, rank=0
+    signal_pad_words=0, rank=0, peer_two_shot=false
 ))]
 #[allow(clippy::too_many_arguments)] // the op's tensors and options, as the schemas list them
 fn fused_fp8(
@@ -486,6 +498,7 @@ fn fused_fp8(
     signal_pads: Option<Vec<u64>>,
     signal_pad_words: usize,
     rank: usize,
+    peer_two_shot: bool,
 ) -> PyResult<()> {
     let be = self::backend(&backend, device, stream).map_err(to_py)?;
     let peers = Peers::from_args(
@@ -495,6 +508,11 @@ fn fused_fp8(
         signal_pads,
         signal_pad_words,
         rank,
+        if peer_two_shot {
+            PeerStrategy::TwoShot
+        } else {
+            PeerStrategy::OneShot
+        },
     )
     .map_err(to_py)?;
     let call = (|| -> Result<RawFp8Call, Fail> {
@@ -660,6 +678,15 @@ fn check_host_ptr<T>(name: &'static str, ptr: u64) -> Result<(), Error> {
     Ok(())
 }
 
+/// Whether the peer-access all-reduce of `m` rows of `h` elements of `dtype` over `ranks`
+/// ranks takes the two-shot schedule (`PeerStrategy::for_call`: the rule lives in Rust, so
+/// every front decides alike).
+#[pyfunction]
+fn peer_two_shot(m: usize, h: usize, dtype: String, ranks: usize) -> PyResult<bool> {
+    let dtype = dtype.parse::<DType>().map_err(to_py)?;
+    Ok(PeerStrategy::for_call(m, h, dtype, ranks) == PeerStrategy::TwoShot)
+}
+
 /// SPEC.md §9's reduction over host memory: `inputs` (the ranks' `[M, H]` views, in rank
 /// order) summed into `out` (`M · H` elements, contiguous) by the scalar reference.
 #[pyfunction]
@@ -817,5 +844,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_conversion_path, m)?)?;
     m.add_function(wrap_pyfunction!(register_torch_ops, m)?)?;
     m.add_function(wrap_pyfunction!(allreduce_sum, m)?)?;
+    m.add_function(wrap_pyfunction!(peer_two_shot, m)?)?;
     Ok(())
 }

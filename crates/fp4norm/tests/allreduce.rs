@@ -319,3 +319,44 @@ fn fused_fp8_reference_is_the_op_on_the_sum() {
         assert!(r == before && q.iter().all(|&v| v == 0xAB));
     }
 }
+
+/// The peer schedule's rule: one-shot for 1 or 2 ranks whatever the size (two-shot reads
+/// no less there), two-shot exactly from the saved bytes' threshold, in terms any rank
+/// computes alike.
+#[cfg(feature = "cuda")]
+#[test]
+fn peer_strategy_switches_at_the_saved_bytes_threshold() {
+    use fp4norm::cuda::{PeerStrategy, TWO_SHOT_MIN_SAVED_BYTES};
+    use fp4norm::DType;
+    for ranks in [1, 2] {
+        assert_eq!(
+            PeerStrategy::for_call(1 << 20, 8192, DType::BF16, ranks),
+            PeerStrategy::OneShot
+        );
+    }
+    // 8 ranks: saved = bytes · 7 · 6 / 8 = bytes · 5.25.
+    let h = 8192;
+    let rows_at = |ranks: usize| {
+        (1..=4096)
+            .find(|&m| PeerStrategy::for_call(m, h, DType::BF16, ranks) == PeerStrategy::TwoShot)
+            .unwrap()
+    };
+    for ranks in 3..=8usize {
+        let m = rows_at(ranks);
+        let saved = |m: usize| m * h * 2 * (ranks - 1) * (ranks - 2) / ranks;
+        assert!(
+            saved(m) >= TWO_SHOT_MIN_SAVED_BYTES,
+            "{ranks} ranks, {m} rows"
+        );
+        assert!(
+            saved(m - 1) < TWO_SHOT_MIN_SAVED_BYTES,
+            "{ranks} ranks, {m} rows"
+        );
+    }
+    assert!(rows_at(8) < rows_at(4));
+    // Huge shapes do not overflow.
+    assert_eq!(
+        PeerStrategy::for_call(usize::MAX, usize::MAX, DType::F16, 8),
+        PeerStrategy::TwoShot
+    );
+}

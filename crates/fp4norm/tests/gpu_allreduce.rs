@@ -12,12 +12,12 @@ mod sweep;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use fp4norm::cuda::{Gpu, LaunchOptions, RawPeers};
+use fp4norm::cuda::{Gpu, LaunchOptions, PeerStrategy, RawPeers};
 use fp4norm::{
     bf16, f16, reference, DType, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options, RawBuf,
     RawCall, RawGlobalScale, RawMat, ScaleFormat, ScaleLayout, ScaleOut,
 };
-use gpu_common::{first_diff, seed, upload, SimRanks, POISON};
+use gpu_common::{first_diff, seed, upload, SimRanks, POISON, STRATEGIES};
 use rand::{Rng, SeedableRng};
 use sweep::allreduce::{allreduce_cases, peer_cases, ArCase};
 
@@ -284,9 +284,16 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
     let w_d = upload(main, &rc.w);
     let gs_d = upload(main, &[GS]);
     let xs: Vec<CudaSlice<T>> = rc.ranks.iter().map(|x| upload(main, &pad(x))).collect();
-    let sim = SimRanks::new(main, nr, m, h, T::from_bits(0x5555));
+    let mut sim = SimRanks::new(main, nr, m, h, T::from_bits(0x5555));
     let bits = |v: &[T]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
-    for round in 0..2 {
+    for (strategy, zero_copy) in STRATEGIES.into_iter().flat_map(|s| [(s, false), (s, true)]) {
+        let round = format!(
+            "{strategy:?}, {}",
+            if zero_copy { "zero copy" } else { "copied in" }
+        );
+        if zero_copy {
+            sim.fill(main, &rc.ranks);
+        }
         let rs: Vec<CudaSlice<T>> = (0..nr).map(|_| upload(main, &pad(&rc.r))).collect();
         let qs: Vec<CudaSlice<u8>> = (0..nr)
             .map(|_| upload(main, &vec![POISON; rc.q.len()]))
@@ -306,11 +313,11 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
             len: Some(m * h),
         };
         let bp = |s: &CudaSlice<u8>, n: usize| RawBuf::new(s.device_ptr(main).0, n);
-        sim.run(streams, round, |k, stream, peers| {
-            let x = if round == 0 {
-                mat(xs[k].device_ptr(main).0 + off as u64 * e)
-            } else {
+        sim.run(streams, &round, strategy, |k, stream, peers| {
+            let x = if zero_copy {
                 mat(sim.buf_ptrs[k])
+            } else {
+                mat(xs[k].device_ptr(main).0 + off as u64 * e)
             };
             let call = RawCall {
                 dtype: T::DTYPE,
@@ -336,7 +343,7 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
             unsafe { g.launch_allreduce_peer_raw(stream, &call, peers, &LaunchOptions::default()) }
         })?;
         for k in 0..nr {
-            let at = |what: &str| format!("round {round}, rank {k}: {what}");
+            let at = |what: &str| format!("{round}, rank {k}: {what}");
             first_diff(
                 &at("y_fp4"),
                 &main.clone_dtoh(&qs[k]).unwrap(),
@@ -361,13 +368,8 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
             }
             let got_r: Vec<T> = main.clone_dtoh(&rs[k]).unwrap();
             first_diff(&at("residual"), &bits(&got_r[off..]), &bits(&rc.r_ref), h)?;
-            let got_buf: Vec<T> = main.clone_dtoh(&sim.bufs[k]).unwrap();
-            first_diff(
-                &at("its buffer (its input)"),
-                &bits(&got_buf),
-                &bits(&rc.ranks[k]),
-                h,
-            )?;
+            sim.check_buffer(main, k, &rc.ranks, m, h, strategy)
+                .map_err(|e| at(&e))?;
             let got_x: Vec<T> = main.clone_dtoh(&xs[k]).unwrap();
             if bits(&got_x[off..]) != bits(&rc.ranks[k]) {
                 return Err(at("its input was written"));
@@ -402,7 +404,7 @@ fn gpu_allreduce_peer_ranks_on_streams_match_the_reference() {
         eprintln!("FAIL {f}");
     }
     eprintln!(
-        "all-reduce over peer access: {} cases (2 rounds each), {} failed",
+        "all-reduce over peer access: {} cases (both strategies, copied in and zero copy), {} failed",
         cases.len(),
         failures.len()
     );
@@ -451,6 +453,7 @@ fn gpu_allreduce_peer_refuses_bad_ranks_before_writing() {
         signal_pads: &sigs,
         signal_pad_words: 64,
         rank: 0,
+        strategy: PeerStrategy::OneShot,
     };
     let nine = [bufs[0]; 9];
     let nine_pads = [sigs[0]; 9];

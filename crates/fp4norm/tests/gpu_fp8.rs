@@ -16,7 +16,7 @@ use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
 use fp4norm::cuda::{internal, Gpu, LaunchOptions};
 use fp4norm::fp8::{self, Fp8Out, Fp8ScaleFormat, Fp8Scales, Fp8Scaling, RawFp8Call};
 use fp4norm::{bf16, f16, DType, Element, MatMut, MatRef, RawBuf, RawMat};
-use gpu_common::{first_diff, seed, upload, SimRanks, POISON};
+use gpu_common::{first_diff, seed, upload, SimRanks, POISON, STRATEGIES};
 use rand::{Rng, SeedableRng};
 use sweep::fp8::{fp8_cases, Fp8Case, LITERAL_EVERY};
 
@@ -508,7 +508,7 @@ fn gpu_fp8_allreduce_peer_ranks_on_streams_match_the_reference() {
         }
     }
     report(
-        "FP8 all-reduce over peer access (2 rounds each)",
+        "FP8 all-reduce over peer access (both strategies, copied in and zero copy)",
         cases.len(),
         &failures,
     );
@@ -524,16 +524,22 @@ fn peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZe
 ) -> Result<(), String> {
     let (m, h) = (c.m, c.h);
     let (xs, hc) = allreduce_host::<T>(nr, c, rng)?;
-    let sim = SimRanks::new(main, nr, m, h, T::from_bits(0x5555));
-    let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
-    for round in 0..2 {
+    let mut sim = SimRanks::new(main, nr, m, h, T::from_bits(0x5555));
+    for (strategy, zero_copy) in STRATEGIES.into_iter().flat_map(|s| [(s, false), (s, true)]) {
+        let round = format!(
+            "{strategy:?}, {}",
+            if zero_copy { "zero copy" } else { "copied in" }
+        );
+        if zero_copy {
+            sim.fill(main, &xs);
+        }
         let devs: Vec<DevCase<T>> = xs
             .iter()
             .map(|x| DevCase::upload(main, c, &hc, x))
             .collect();
         main.synchronize().map_err(|e| format!("uploads: {e}"))?;
-        sim.run(streams, round, |k, stream, peers| {
-            let call = devs[k].call(main, c, &hc, (round == 1).then_some(sim.buf_ptrs[k]));
+        sim.run(streams, &round, strategy, |k, stream, peers| {
+            let call = devs[k].call(main, c, &hc, zero_copy.then_some(sim.buf_ptrs[k]));
             // SAFETY: every buffer is a live allocation of this device holding the extents
             // given, and every rank's call is made (the same case) before any is awaited.
             unsafe {
@@ -541,10 +547,9 @@ fn peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZe
             }
         })?;
         for (k, d) in devs.iter().enumerate() {
-            let at = |e: String| format!("round {round}, rank {k}: {e}");
+            let at = |e: String| format!("{round}, rank {k}: {e}");
             d.verify(main, c, &hc, &xs[k]).map_err(at)?;
-            let got: Vec<T> = main.clone_dtoh(&sim.bufs[k]).unwrap();
-            first_diff("its buffer (its input)", &bits(&got), &bits(&xs[k]), h).map_err(at)?;
+            sim.check_buffer(main, k, &xs, m, h, strategy).map_err(at)?;
             sim.pad_at_zero(main, k).map_err(at)?;
         }
     }

@@ -198,9 +198,17 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         }
     }
     for c in sweep::allreduce::peer_cases() {
-        let cfg = c.peer_config(&PLAN, hw_e2m1);
-        if seen.insert(cfg.describe()) {
-            out.push(cfg);
+        let one_shot = c.peer_config(&PLAN, hw_e2m1);
+        for cfg in [
+            one_shot,
+            KernelConfig {
+                ar_two_shot: true,
+                ..one_shot
+            },
+        ] {
+            if seen.insert(cfg.describe()) {
+                out.push(cfg);
+            }
         }
     }
     // The FP8 op behind the fused all-reduce (tests/gpu_fp8.rs).
@@ -215,8 +223,14 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         let mut cfg = sweep::fp8::allreduce_fp8_config(ranks, &c, &PLAN);
         cfg.hw_canonical_nan = !hw_e2m1;
         cfg.ar_peer = true;
-        if seen.insert(cfg.describe()) {
-            out.push(cfg);
+        for two_shot in [false, true] {
+            let cfg = KernelConfig {
+                ar_two_shot: two_shot,
+                ..cfg
+            };
+            if seen.insert(cfg.describe()) {
+                out.push(cfg);
+            }
         }
     }
     // The bench's copy yardstick and the GPU tests' codec self-check.

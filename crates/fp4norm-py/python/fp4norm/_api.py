@@ -421,13 +421,15 @@ def _backend(ref: _View, backend: Optional[str]) -> Tuple[str, int, int]:
 class Peers(NamedTuple):
     """The ranks of a fused all-reduce over peer access (SPEC.md §9): every rank's buffer
     and signal pad as mapped on this device (rank order), ``row_stride`` elements between
-    the buffers' rows, ``signal_pad_words`` u32 words per pad, and this ``rank``."""
+    the buffers' rows, ``signal_pad_words`` u32 words per pad, this ``rank``, and the
+    schedule (``two_shot``: reduce-scatter then all-gather, see docs/tensor-parallel.md)."""
 
     buffers: List[int]
     row_stride: int
     signal_pads: List[int]
     signal_pad_words: int
     rank: int
+    two_shot: bool = False
 
 
 def _peer_args(peers: Optional[Peers]) -> dict:
@@ -440,6 +442,7 @@ def _peer_args(peers: Optional[Peers]) -> dict:
         "signal_pads": list(peers.signal_pads),
         "signal_pad_words": peers.signal_pad_words,
         "rank": peers.rank,
+        "peer_two_shot": bool(peers.two_shot),
     }
 
 

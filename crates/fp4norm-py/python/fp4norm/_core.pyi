@@ -38,6 +38,7 @@ def fused(
     signal_pads: Optional[List[int]] = None,
     signal_pad_words: int = 0,
     rank: int = 0,
+    peer_two_shot: bool = False,
 ) -> None:
     """Residual add (if ``residual``) + RMSNorm + FP4 quantisation. ``backend`` is
     ``"cpu"``, ``"reference"`` (host memory) or ``"cuda"`` (device ``device``, raw
@@ -47,7 +48,8 @@ def fused(
     and ``signal_pads``, every rank's buffer and u32 signal pad as mapped on this device
     (rank order, 1 to 8; ``peer_row_stride`` elements between the buffers' rows,
     ``signal_pad_words`` words per pad, this ``rank``; ``x`` is this rank's input, and
-    every rank makes the same call). Raises ValueError (bad argument) or RuntimeError
+    every rank makes the same call; ``peer_two_shot`` the two-shot schedule, which leaves
+    the sums of this rank's share of the vectors in its buffer). Raises ValueError (bad argument) or RuntimeError
     (CUDA / NVRTC)."""
 
 def dequantize(
@@ -92,6 +94,7 @@ def fused_fp8(
     signal_pads: Optional[List[int]] = None,
     signal_pad_words: int = 0,
     rank: int = 0,
+    peer_two_shot: bool = False,
 ) -> None:
     """Residual add (if ``residual``) + RMSNorm + FP8 quantisation (SPEC.md §8). A
     per-tensor scale by address (``static_scale``, one float32) or by value
@@ -132,3 +135,7 @@ def cuda_device_info(ordinal: int) -> Tuple[str, str, bool]:
 
 def cuda_conversion_path(ordinal: int) -> Tuple[bool, str]:
     """(fast conversions in use, why): the conversion self-test's verdict for a device."""
+
+def peer_two_shot(m: int, h: int, dtype: str, ranks: int) -> bool:
+    """Whether the peer-access all-reduce of ``m`` rows of ``h`` elements of ``dtype`` over
+    ``ranks`` ranks takes the two-shot schedule (the rule of ``PeerStrategy::for_call``)."""

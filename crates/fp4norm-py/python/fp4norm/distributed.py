@@ -11,9 +11,15 @@ the keyword ``transport``:
   (``torch.distributed._symmetric_memory``). The kernel copies this rank's rows into its
   buffer of a symmetric workspace, meets the other ranks' CTAs through signal pads (no host
   synchronisation), reads every rank's buffer over NVLink and runs the op: one kernel, no
-  collective launch (the one-shot kernel of docs/tensor-parallel.md). All ranks on one
-  host (or one NVLink fabric), at most one row per SM (132 on an H200; more are refused:
-  the kernel's ranks wait for each other's CTAs, which must all be resident).
+  collective launch (docs/tensor-parallel.md). All ranks on one host (or one NVLink
+  fabric), at most one row per SM (132 on an H200; more are refused: the kernel's ranks
+  wait for each other's CTAs, which must all be resident). Two schedules: one-shot (every
+  rank reads every rank's rows) and two-shot (each rank sums a ``1/W`` share of every
+  row's vectors, then every rank reads the shares' sums: ``2·H`` elements a row read
+  instead of ``W·H``, one more meeting). ``"symmetric"`` picks the schedule by the bytes
+  two-shot saves (:func:`fp4norm._core.peer_two_shot`, the same rule as Rust's
+  ``PeerStrategy::for_call``); ``"one_shot"`` and ``"two_shot"`` force one. Two-shot
+  leaves the sums of this rank's share in its buffer, not its input.
 * ``"auto"`` (the default): ``"symmetric"`` for at most :data:`SYMMETRIC_MAX_ROWS` rows
   where symmetric memory is available for the group (PyTorch has it, every rank on one
   host, the workspace could be set up), else ``"gather"``; inside ``torch.compile`` always
@@ -62,7 +68,9 @@ from ._errors import ArgumentError, ArgumentTypeError
 
 Array = Any
 
-TRANSPORTS = ("auto", "symmetric", "gather")
+TRANSPORTS = ("auto", "symmetric", "one_shot", "two_shot", "gather")
+# The transports over symmetric memory: a schedule picked by size, or forced.
+_SYMMETRIC = ("symmetric", "one_shot", "two_shot")
 # "auto" picks the symmetric transport up to this many rows: its one kernel (no collective
 # launch) wins while a call is latency-bound (decode), though every rank reads all W inputs.
 SYMMETRIC_MAX_ROWS = 128
@@ -88,18 +96,15 @@ class SymmetricMemoryUnavailable(RuntimeError):
 
 
 def _transport(transport: Any) -> str:
-    """The transport's name, checked: ``"auto"``, ``"symmetric"`` or ``"gather"``."""
+    """The transport's name, checked: one of :data:`TRANSPORTS`."""
+    words = ", ".join(f'"{t}"' for t in TRANSPORTS)
     if not isinstance(transport, str):
         raise ArgumentTypeError(
-            f"transport must be a str (\"auto\", \"symmetric\" or \"gather\"), got "
-            f"{type(transport).__name__}"
+            f"transport must be a str ({words}), got {type(transport).__name__}"
         )
     name = transport.strip().lower()
     if name not in TRANSPORTS:
-        raise ArgumentError(
-            f"transport = {transport!r} is not supported: use \"auto\", \"symmetric\" or "
-            "\"gather\""
-        )
+        raise ArgumentError(f"transport = {transport!r} is not supported: use one of {words}")
     return name
 
 
@@ -403,7 +408,7 @@ def _use_symmetric(transport: Any, input: Any, group: Any) -> Tuple[bool, Any]:
     if name == "gather":
         return False, group
     pg = _group_object(group)
-    if name == "symmetric":
+    if name in _SYMMETRIC:
         return True, pg
     rows = math.prod(input.shape[:-1]) if input.dim() >= 1 else 0
     row_bytes = (input.shape[-1] if input.dim() >= 1 else 0) * input.element_size()
@@ -419,15 +424,23 @@ def _use_symmetric(transport: Any, input: Any, group: Any) -> Tuple[bool, Any]:
     return _symmetric_reason(pg, input.device) is None, pg
 
 
-def _peers(input: Any, group: Any) -> "_api.Peers":
+def _peers(input: Any, group: Any, transport: str) -> "_api.Peers":
     """The peers of a symmetric call with ``input`` (checked first: its dtype and rows),
-    the workspace created or grown for it (collective)."""
+    the workspace created or grown for it (collective), and the schedule: forced by
+    ``transport``, else by ``_core.peer_two_shot`` (every rank decides alike)."""
+    from . import _core
+
     x = _api._view(input, "input")
     x.need_dtype(("bf16", "f16"))
     _, m, h, _ = x.rows()
     ws = _workspace(group, input.device)
     ws.ensure(m * h * input.element_size(), _signal_words(m, ws.world))
-    return _api.Peers(ws.buffer_ptrs, h, ws.pad_ptrs, ws.pad_words, ws.rank)
+    name = _transport(transport)
+    if name in ("one_shot", "two_shot"):
+        two_shot = name == "two_shot"
+    else:
+        two_shot = _core.peer_two_shot(m, h, x.dt, ws.world)
+    return _api.Peers(ws.buffer_ptrs, h, ws.pad_ptrs, ws.pad_words, ws.rank, two_shot)
 
 
 def _refuse_grad(op_name: str, written: List[Tuple[Any, str]]) -> None:
@@ -467,7 +480,8 @@ def symmetric_input_buffer(
     shape. The view stays valid (its memory is kept) but stops being the workspace's buffer
     once a larger call grows it; passed then, it is copied in as any input is. Its contents
     are this rank's input only until the next call on the workspace (whose kernel may copy
-    another input in): write it before each call, on the stream of the calls (or a stream
+    another input in, and whose two-shot schedule leaves the sums of this rank's share of
+    the vectors there): write it before each call, on the stream of the calls (or a stream
     ordered after this rank's previous call): until that call has finished, a peer may
     still be reading the buffer.
 
@@ -533,7 +547,7 @@ def allreduce_add_rmsnorm_fp4quant(
     residual on every rank (tensor parallelism keeps it replicated) every rank writes the
     same bytes, those of :func:`fp4norm.reference.allreduce_add_rmsnorm_fp4quant`.
 
-    ``transport`` (``"auto"``, ``"symmetric"``, ``"gather"``; see the module docstring)
+    ``transport`` (one of :data:`TRANSPORTS`; see the module docstring)
     moves the inputs: ``"gather"`` all-gathers them (``input`` contiguous) and calls
     :func:`fp4norm.allreduce_add_rmsnorm_fp4quant` (the operators); ``"symmetric"`` runs
     one kernel over the group's symmetric workspace, directly through the native layer
@@ -556,7 +570,7 @@ def allreduce_add_rmsnorm_fp4quant(
     out = _api.fused(
         input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
-        enable_pdl, y_out, weight_bias, peers=_peers(input, pg),
+        enable_pdl, y_out, weight_bias, peers=_peers(input, pg, transport),
     )
     _advance_versions(written)
     return out
@@ -595,7 +609,8 @@ def allreduce_add_rmsnorm_fp8quant(
     _refuse_grad("fp4norm::allreduce_add_rmsnorm_fp8quant", written)
     result = _api.fused_fp8(
         input, residual, weight, out, scales_out, scale, element, group, scale_format,
-        scale_layout, s_min, eps, y_out, enable_pdl, weight_bias, peers=_peers(input, pg),
+        scale_layout, s_min, eps, y_out, enable_pdl, weight_bias,
+        peers=_peers(input, pg, transport),
     )
     _advance_versions(written)
     return result
@@ -625,7 +640,7 @@ def allreduce_fused_add_rmsnorm_quant(
     _refuse_grad("fp4norm::allreduce_fused_add_rmsnorm_quant", written)
     _api.fused_fp8(
         input, residual, weight, out, None, scale, None, None, None, None, None, eps, y_out,
-        enable_pdl, weight_bias, static=True, peers=_peers(input, pg),
+        enable_pdl, weight_bias, static=True, peers=_peers(input, pg, transport),
     )
     _advance_versions(written)
     return None

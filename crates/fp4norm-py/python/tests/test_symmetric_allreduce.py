@@ -311,6 +311,25 @@ def test_bad_transport_and_host_input_refused_before_anything(device):
     assert torch.equal(raw(r), before[0]) and torch.equal(raw(out), before[1])
 
 
+def test_schedule_rule_is_rusts():
+    """"symmetric" picks two-shot by the rule of Rust's PeerStrategy::for_call: never for 1
+    or 2 ranks, from fewer rows the more ranks there are, alike for both 2-byte dtypes."""
+    from fp4norm import _core
+
+    for w in (1, 2):
+        assert not _core.peer_two_shot(128, 16384, "bf16", w)
+    assert not _core.peer_two_shot(1, 4096, "bf16", 8)
+    assert _core.peer_two_shot(128, 8192, "bf16", 8)
+    first = {
+        w: next(m for m in range(1, 4097) if _core.peer_two_shot(m, 8192, "bf16", w))
+        for w in (3, 4, 8)
+    }
+    assert first[8] < first[4] < first[3]
+    assert all(_core.peer_two_shot(m, 8192, "f16", w) for w, m in first.items())
+    with pytest.raises(fp4norm.ArgumentTypeError, match="unsupported dtype"):
+        _core.peer_two_shot(1, 64, "f32", 4)
+
+
 def test_signal_words_cover_the_one_shot_regime():
     """The first pad covers every call of "auto"'s symmetric sizes over 8 ranks; larger
     calls get larger pads (a word per CTA and rank, 16 CTAs per row at most)."""
@@ -364,7 +383,7 @@ def test_one_rank_fp4_symmetric_equals_reference_and_gather(one_rank, name, code
     xs, r, wt = ranks_data(1, m, h, DTYPES[code], seed=17 * m + h)
     want = fp4_reference(name, xs, r, wt)
     x, wt_d = xs[0].to(DEV), wt.to(DEV)
-    for transport in ("symmetric", "gather", "auto"):
+    for transport in ("symmetric", "one_shot", "two_shot", "gather", "auto"):
         got = fp4_run(name, x, r, wt_d, DEV, fp4_call(transport))
         torch.cuda.synchronize()
         assert_same(got, want, f"transport={transport}")
@@ -377,7 +396,7 @@ def test_one_rank_fp8_symmetric_equals_reference_and_gather(one_rank, name, m, h
     xs, r, wt = ranks_data(1, m, h, torch.bfloat16, seed=29 * m + h)
     want = fp8_reference(name, xs, r, wt)
     x, wt_d = xs[0].to(DEV), wt.to(DEV)
-    for transport in ("symmetric", "gather", "auto"):
+    for transport in ("symmetric", "one_shot", "two_shot", "gather", "auto"):
         got = fp8_run(name, x, r, wt_d, DEV, transport)
         torch.cuda.synchronize()
         assert_same(got, want, f"transport={transport}")
@@ -428,14 +447,18 @@ def test_one_rank_zero_copy_buffer_and_growth(one_rank):
         assert_same(got, want, f"zero copy, transport={transport}")
         assert torch.equal(raw(buf), raw(xs[0])), "the buffer holds this rank's input"
     # Growth: a shape past the first buffer; the old view is kept alive, and copied in.
+    # (Wider than whatever the tests before this one grew the workspace to.)
     before = one_rank.buffer_bytes
-    big = fd.symmetric_input_buffer((128, 8192), torch.bfloat16)
-    assert one_rank.buffer_bytes >= 128 * 8192 * 2 > before
+    hb = 8192
+    while 128 * hb * 2 <= before:
+        hb *= 2
+    big = fd.symmetric_input_buffer((128, hb), torch.bfloat16)
+    assert one_rank.buffer_bytes >= 128 * hb * 2 > before
     assert big.data_ptr() == one_rank.buffer_ptrs[0] != buf.data_ptr()
     got = fp4_run("nvfp4-swizzled", buf, r, wt.to(DEV), DEV, fp4_call("symmetric"))
     torch.cuda.synchronize()
     assert_same(got, want, "an old view after growth")
-    xs, r, wt = ranks_data(1, 128, 8192, torch.bfloat16, seed=6)
+    xs, r, wt = ranks_data(1, 128, hb, torch.bfloat16, seed=6)
     big.copy_(xs[0].to(DEV))
     got = fp8_run("mxfp8", big, r, wt.to(DEV), DEV, "symmetric")
     torch.cuda.synchronize()
@@ -468,8 +491,11 @@ def test_one_rank_cuda_graph_replay(one_rank):
     with torch.cuda.stream(side):  # warm-up: compiles the kernels outside the capture
         step(r_d.clone(), r8_d.clone())
     torch.cuda.current_stream().wait_stream(side)
-    huge = torch.empty(fd.SYMMETRIC_MAX_ROWS, 16384, dtype=torch.bfloat16, device=DEV)
-    assert not one_rank.fits(fd.SYMMETRIC_MAX_ROWS, 16384 * 2)
+    # (Wider than whatever the tests before this one grew the workspace to.)
+    hw = 16384
+    while one_rank.fits(fd.SYMMETRIC_MAX_ROWS, hw * 2):
+        hw *= 2
+    huge = torch.empty(fd.SYMMETRIC_MAX_ROWS, hw, dtype=torch.bfloat16, device=DEV)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step(r_d, r8_d)
@@ -576,7 +602,7 @@ def _steps_on_rank(steps, rank, world, seed, dev, transport, zero_copy):
             got.append(fp8_run(name, x, r, wt.to(dev), dev, transport))
         torch.cuda.synchronize(dev)
         ws = fd._WORKSPACES.get(fd._key(dist.group.WORLD, dev))
-        if transport == "symmetric" and int(ws.pad.count_nonzero()) != 0:
+        if transport in fd._SYMMETRIC and int(ws.pad.count_nonzero()) != 0:
             raise AssertionError(f"step {k}: a signal word is not 0 after the call")
     return got
 
@@ -613,8 +639,10 @@ def _rank_main(rank, world, backend, per_gpu, store_path, seed, results):
             stage = "calls"
             steps = PER_GPU_STEPS if per_gpu else MULTI_STEPS
             out = {
-                "symmetric": _steps_on_rank(steps, rank, world, seed, dev, "symmetric", False),
-                "zero copy": _steps_on_rank(steps, rank, world, seed, dev, "symmetric", True),
+                "one_shot": _steps_on_rank(steps, rank, world, seed, dev, "one_shot", False),
+                "two_shot": _steps_on_rank(steps, rank, world, seed, dev, "two_shot", False),
+                "zero copy": _steps_on_rank(steps, rank, world, seed, dev, "one_shot", True),
+                "zero copy, two-shot": _steps_on_rank(steps, rank, world, seed, dev, "two_shot", True),
             }
             if per_gpu:  # NCCL: the all-gather too, and "auto"
                 out["gather"] = _steps_on_rank(steps, rank, world, seed, dev, "gather", False)
@@ -710,7 +738,9 @@ def test_ranks_as_processes_on_one_gpu(world, tmp_path):
         pytest.skip("torch.distributed with gloo is not available: skipped")
     seed = 1000 + world
     got = _run_ranks(world, "gloo", False, str(tmp_path / "store"), seed)
-    _check_ranks(got, world, MULTI_STEPS, seed, ("symmetric", "zero copy"))
+    _check_ranks(
+        got, world, MULTI_STEPS, seed, ("one_shot", "two_shot", "zero copy", "zero copy, two-shot")
+    )
 
 
 @needs_cuda
@@ -726,4 +756,7 @@ def test_ranks_one_process_per_gpu(world, tmp_path):
         pytest.skip("torch.distributed with NCCL is not available: skipped")
     seed = 2000 + world
     got = _run_ranks(world, "nccl", True, str(tmp_path / "store"), seed)
-    _check_ranks(got, world, PER_GPU_STEPS, seed, ("symmetric", "zero copy", "gather", "auto"))
+    _check_ranks(
+        got, world, PER_GPU_STEPS, seed,
+        ("one_shot", "two_shot", "zero copy", "zero copy, two-shot", "gather", "auto"),
+    )

@@ -34,7 +34,7 @@ use cudarc::driver::{
 pub use kernel::GsMode;
 use kernel::KernelConfig;
 pub use limits::DeviceLimits;
-pub use raw::{LaunchOptions, RawPeers};
+pub use raw::{LaunchOptions, PeerStrategy, RawPeers, TWO_SHOT_MIN_SAVED_BYTES};
 pub use selftest::ConversionPath;
 pub use tuned::{TunedRow, TunedTable};
 

@@ -99,6 +99,48 @@ pub struct RawPeers<'a> {
     pub signal_pad_words: usize,
     /// This rank (an index into `buffers`).
     pub rank: usize,
+    /// How the ranks' rows move: every rank the same.
+    pub strategy: PeerStrategy,
+}
+
+/// How a call over peer access moves the ranks' rows (docs/tensor-parallel.md). Both give
+/// the same bytes (SPEC.md §9); they differ in what crosses the links and in meetings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeerStrategy {
+    /// Every rank reads every rank's rows and sums them itself: `W·H` elements of a row
+    /// read, two meetings of the ranks. For the fewest rows.
+    #[default]
+    OneShot,
+    /// Reduce-scatter, then all-gather: vector `v` (8 elements) of each row is summed by
+    /// rank `v mod W` alone, which leaves that sum, rounded to the dtype, in its buffer in
+    /// place of its input there; then every rank reads each vector's sum from its owner:
+    /// `2·H` elements of a row read, three meetings. The buffers do not keep the inputs.
+    TwoShot,
+}
+
+/// Bytes of peer reads per rank above which [`PeerStrategy::for_call`] takes the two-shot
+/// schedule: about a microsecond of NVLink (~450 GB/s each way on Hopper), the price of its
+/// third meeting. A model of the link, not yet a measurement (docs/tensor-parallel.md).
+pub const TWO_SHOT_MIN_SAVED_BYTES: usize = 512 << 10;
+
+impl PeerStrategy {
+    /// The schedule for a call of `m` rows of `h` elements of `dtype` over `ranks` ranks:
+    /// two-shot where the bytes it saves each rank, `m·h·size·(W−1)·(W−2)/W` (one-shot
+    /// reads `W−1` peers' rows, two-shot twice a `1/W` share of them), reach
+    /// [`TWO_SHOT_MIN_SAVED_BYTES`]; one-shot below that and for 1 or 2 ranks (where it reads
+    /// no more). Every rank computes the same from the same call.
+    pub fn for_call(m: usize, h: usize, dtype: crate::DType, ranks: usize) -> PeerStrategy {
+        if ranks < 3 {
+            return PeerStrategy::OneShot;
+        }
+        let bytes = (m as u128) * (h as u128) * (dtype.size() as u128);
+        let saved = bytes * (ranks as u128 - 1) * (ranks as u128 - 2) / ranks as u128;
+        if saved >= TWO_SHOT_MIN_SAVED_BYTES as u128 {
+            PeerStrategy::TwoShot
+        } else {
+            PeerStrategy::OneShot
+        }
+    }
 }
 
 impl RawPeers<'_> {
@@ -536,6 +578,7 @@ pub(crate) unsafe fn launch_fused_with_ranks(
     let mut cfg = gpu.config_with(&p, gs, aligned, !peer);
     cfg.ar_ranks = ranks.count() as u32;
     cfg.ar_peer = matches!(ranks, Ranks::Peers(_));
+    cfg.ar_two_shot = matches!(ranks, Ranks::Peers(p) if p.strategy == PeerStrategy::TwoShot);
     let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);
     // Rows the fused kernel covers: with directly written swizzled scales whose padding is
     // not spread over the call's threads, the last 128-row tile's padding rows too (their
@@ -831,6 +874,7 @@ pub(crate) unsafe fn launch_fused_fp8(
     let mut cfg = gpu.fp8_config_with(&p, c.static_scale.is_some(), aligned, !peer);
     cfg.ar_ranks = ranks.count() as u32;
     cfg.ar_peer = matches!(ranks, Ranks::Peers(_));
+    cfg.ar_two_shot = matches!(ranks, Ranks::Peers(p) if p.strategy == PeerStrategy::TwoShot);
     let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);
     // Rows the kernel covers: with column-major scales, or swizzled ones whose padding is
     // not spread over the call's threads, the layout's padding rows too (their CTAs zero

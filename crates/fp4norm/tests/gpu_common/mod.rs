@@ -166,6 +166,12 @@ pub struct SimRanks<T: cudarc::driver::DeviceRepr> {
     row_stride: usize,
 }
 
+/// Both schedules of the peer-access all-reduce, each run by every peer test.
+pub const STRATEGIES: [fp4norm::cuda::PeerStrategy; 2] = [
+    fp4norm::cuda::PeerStrategy::OneShot,
+    fp4norm::cuda::PeerStrategy::TwoShot,
+];
+
 impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy> SimRanks<T> {
     pub fn new(main: &Arc<CudaStream>, ranks: usize, m: usize, h: usize, poison: T) -> Self {
         use cudarc::driver::DevicePtr;
@@ -186,12 +192,22 @@ impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy> Sim
         }
     }
 
-    /// Rank `k`'s call of round `round`: `launch(k, its stream, its peers)` for every rank,
-    /// all before any is awaited (each waits for the others), then every stream awaited.
+    /// Each rank's input written into its buffer, as a producer of a zero-copy call does.
+    pub fn fill(&mut self, main: &Arc<CudaStream>, inputs: &[Vec<T>]) {
+        for (b, x) in self.bufs.iter_mut().zip(inputs) {
+            main.memcpy_htod(x, b).unwrap();
+        }
+        main.synchronize().unwrap();
+    }
+
+    /// Every rank's call of round `round` under `strategy`: `launch(k, its stream, its
+    /// peers)` for every rank, all before any is awaited (each waits for the others), then
+    /// every stream awaited.
     pub fn run(
         &self,
         streams: &[Arc<CudaStream>],
-        round: usize,
+        round: &str,
+        strategy: fp4norm::cuda::PeerStrategy,
         mut launch: impl FnMut(
             usize,
             cudarc::driver::sys::CUstream,
@@ -206,15 +222,54 @@ impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy> Sim
                 signal_pads: &self.pad_ptrs,
                 signal_pad_words: PAD_WORDS,
                 rank: k,
+                strategy,
             };
             launch(k, s.cu_stream(), &peers)
-                .map_err(|e| format!("round {round}, rank {k}: launch failed: {e}"))?;
+                .map_err(|e| format!("{round}, rank {k}: launch failed: {e}"))?;
         }
         for (k, s) in streams[..n].iter().enumerate() {
             s.synchronize()
-                .map_err(|e| format!("round {round}, rank {k}: kernel failed: {e}"))?;
+                .map_err(|e| format!("{round}, rank {k}: kernel failed: {e}"))?;
         }
         Ok(())
+    }
+
+    /// Rank `k`'s buffer after a call under `strategy`: its input (one-shot), or its
+    /// input with the vectors it owns (`v mod W = k`) replaced by the ranks' sum (two-shot).
+    pub fn check_buffer(
+        &self,
+        main: &Arc<CudaStream>,
+        k: usize,
+        inputs: &[Vec<T>],
+        m: usize,
+        h: usize,
+        strategy: fp4norm::cuda::PeerStrategy,
+    ) -> Result<(), String>
+    where
+        T: fp4norm::Element,
+    {
+        let mut want = inputs[k].clone();
+        if strategy == fp4norm::cuda::PeerStrategy::TwoShot {
+            let mats: Vec<fp4norm::MatRef<'_, T>> = inputs
+                .iter()
+                .map(|x| fp4norm::MatRef::new(x, m, h).unwrap())
+                .collect();
+            let sum = fp4norm::reference::allreduce_sum(&mats).unwrap();
+            let w = inputs.len();
+            for (i, v) in want.iter_mut().enumerate() {
+                if (i % h) / 8 % w == k {
+                    *v = sum[i];
+                }
+            }
+        }
+        let got: Vec<T> = main.clone_dtoh(&self.bufs[k]).unwrap();
+        let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
+        first_diff(
+            &format!("its buffer ({strategy:?})"),
+            &bits(&got),
+            &bits(&want),
+            h,
+        )
     }
 
     /// Rank `k`'s pad is all 0 again (the kernel takes back every signal it got).

@@ -134,6 +134,9 @@ pub struct KernelConfig {
     /// The ranks' inputs read over peer access from their buffers, with signal pads between
     /// the ranks' CTAs (`FP4_AR_PEER`; with `ar_ranks` 1 to 8).
     pub ar_peer: bool,
+    /// With `ar_peer`, the two-shot schedule (`FP4_AR_TWO_SHOT`): each rank sums a share of
+    /// every row's vectors, then every rank reads the shares' sums (docs/tensor-parallel.md).
+    pub ar_two_shot: bool,
 }
 
 impl KernelConfig {
@@ -189,6 +192,7 @@ impl KernelConfig {
             fp8: None,
             ar_ranks: 0,
             ar_peer: false,
+            ar_two_shot: false,
         };
         cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
         cfg
@@ -271,6 +275,7 @@ impl KernelConfig {
             }),
             ar_ranks: 0,
             ar_peer: false,
+            ar_two_shot: false,
         };
         // MXFP8's scales are an eighth of its codes' rows, as NVFP4's: the same demotion.
         cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
@@ -340,6 +345,7 @@ impl KernelConfig {
             fp8: None,
             ar_ranks: 0,
             ar_peer: false,
+            ar_two_shot: false,
         }
     }
 
@@ -425,6 +431,10 @@ impl KernelConfig {
             String::new()
         } + if self.ar_peer {
             "#define FP4_AR_PEER 1\n"
+        } else {
+            ""
+        } + if self.ar_two_shot {
+            "#define FP4_AR_TWO_SHOT 1\n"
         } else {
             ""
         } + &match self.fp8 {
@@ -536,6 +546,10 @@ impl KernelConfig {
             String::new()
         } + if self.ar_peer {
             " ar_peer"
+        } else {
+            ""
+        } + if self.ar_two_shot {
+            " two_shot"
         } else {
             ""
         } + if self.pad_ctas {

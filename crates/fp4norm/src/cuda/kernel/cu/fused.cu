@@ -133,6 +133,14 @@ __device__ __forceinline__ void ranks_barrier(const Fp4NormParams& p) {
 // not the read-only path.
 #define AR_LOAD(at, n) load_vec((at), (n))
 #define AR_STRIDE p.ar_stride
+#if defined(FP4_AR_TWO_SHOT)
+// Two-shot: vector v (8 elements) of every row is summed by rank v mod RANKS alone (the
+// reduce-scatter), which keeps that sum, rounded to dt, in place of its own input in its
+// buffer; after a second meeting every rank reads each vector's sum from its owner (the
+// all-gather) and runs the op. A rank reads 2·H elements of a row over peer access instead
+// of RANKS·H; the op's outputs stay its own (each rank's residual is its own, SPEC.md §9).
+#define AR_OWNER(v) ((unsigned int)(v) % FP4_AR_RANKS)
+#endif
 #else
 #define AR_LOAD(at, n) load_vec_ro((at), (n))
 #define AR_STRIDE p.x_stride
@@ -157,7 +165,12 @@ __device__ __forceinline__ uint4 ar_sum_vec(const Fp4NormParams& p, i64 row, int
     return make_uint4(f32x2_to_elem(acc[0], acc[1]), f32x2_to_elem(acc[2], acc[3]), f32x2_to_elem(acc[4], acc[5]),
                       f32x2_to_elem(acc[6], acc[7]));
 }
+#if defined(FP4_AR_TWO_SHOT)
+// x of vector v: its owner's sum (ar_sum_vec there).
+#define LOAD_X(row, v, xrow) AR_LOAD(p.ar_x[AR_OWNER(v)] + (row) * AR_STRIDE + (v) * 8, VEC_N(v))
+#else
 #define LOAD_X(row, v, xrow) ar_sum_vec(p, (row), (v))
+#endif
 #else
 #define LOAD_X(row, v, xrow) load_vec_ro((xrow) + (v) * 8, VEC_N(v))
 #endif
@@ -1003,6 +1016,21 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
         }
     }
     ranks_barrier<true>(p);
+#if defined(FP4_AR_TWO_SHOT)
+    // The reduce-scatter: this rank's vectors of the row, summed over the ranks, replace its
+    // input there (until the next meeting a peer reads only its own vectors of this buffer);
+    // then the ranks meet again, and LOAD_X reads every vector from its owner.
+    if (row < p.m) {
+        u16* own = const_cast<u16*>(p.ar_x[p.ar_rank]) + row * p.ar_stride;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const int lv = lane + k * FP4_G;
+            const int v = v0 + lv;
+            if (lv < NVC && AR_OWNER(v) == p.ar_rank) store_vec(own + v * 8, ar_sum_vec(p, row, v), VEC_N(v));
+        }
+    }
+    ranks_barrier<true>(p);
+#endif
 #endif
     {
         const bool live = row < p.m;
