@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds, on a machine without a GPU or CUDA toolkit, everything a GPU machine without a
 # Rust toolchain runs, into .artifacts/ (git-ignored; copy it along with the tree):
-#   .artifacts/bin/        release test binaries (gpu, gpu_fp8, gpu_allreduce) and the fp4norm CLI
+#   .artifacts/bin/        release test binaries (gpu, gpu_fp8, gpu_allreduce, gpu_nccl) and the fp4norm CLI
 #   .artifacts/kcache.tgz  sm_90 cubins of every sweep kernel (so the GPU machine compiles nothing)
 #   .artifacts/wheel/      the Python module's wheel (pip wheel .)
 #   .artifacts/peers/      the Triton/torch.compile speed peer, where ../shared/peers has it
@@ -41,6 +41,7 @@ for line in sys.stdin:
 strip -o .artifacts/bin/gpu .dev/testbin/gpu
 strip -o .artifacts/bin/gpu_fp8 .dev/testbin/gpu_fp8
 strip -o .artifacts/bin/gpu_allreduce .dev/testbin/gpu_allreduce
+strip -o .artifacts/bin/gpu_nccl .dev/testbin/gpu_nccl
 
 echo "== precompiling the sweep kernels for sm_90 into .artifacts/kcache"
 rm -rf .artifacts/kcache

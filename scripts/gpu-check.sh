@@ -53,6 +53,15 @@ if has tests; then
   start=$(date +%s)
   "$bin/gpu_allreduce" --nocapture 2>&1 | tee "$out/gpu-allreduce-tests.log" | grep -E "^(FAIL|FP4NORM_SEED|all-reduce)|test result|panicked" | head -40
   summary+=("all-reduce tests: $(grep 'test result' "$out/gpu-allreduce-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
+  echo "== tensor parallel over NCCL (byte-exact against the reference)"
+  # NCCL of the torch wheel where the system has none on the loader's path.
+  if [ -z "${FP4NORM_NCCL_LIB:-}" ]; then
+    FP4NORM_NCCL_LIB=$(ls /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so* 2>/dev/null | head -1)
+    export FP4NORM_NCCL_LIB
+  fi
+  start=$(date +%s)
+  FP4NORM_REQUIRE_NCCL=1 "$bin/gpu_nccl" --nocapture 2>&1 | tee "$out/gpu-nccl-tests.log" | grep -E "^(FAIL|FP4NORM_SEED|NCCL|SKIPPED)|test result|panicked" | head -40
+  summary+=("NCCL tests: $(grep 'test result' "$out/gpu-nccl-tests.log" | tail -1) ($(( $(date +%s) - start ))s)")
 fi
 # TESTS_EXTRA=0 leaves out the reruns with knobs forced (for runs after host-side changes
 # only, where the kernels' machine code is unchanged).

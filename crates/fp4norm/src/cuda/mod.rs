@@ -19,6 +19,7 @@ pub mod internal;
 mod kernel;
 mod knobs;
 mod limits;
+pub mod nccl;
 mod nvrtc;
 mod raw;
 mod selftest;

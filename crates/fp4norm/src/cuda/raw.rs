@@ -538,6 +538,29 @@ fn check_rank_mats(
     check_overlaps(ranges)
 }
 
+/// The checks of an FP4 call that need no ranks (the validator, then the device checks),
+/// for a transport that reads `x` before the kernel's launch checks it. Returns `(M, H)`.
+pub(crate) fn precheck(
+    gpu: &Gpu,
+    c: &RawCall,
+    opts: &LaunchOptions,
+) -> Result<(usize, usize), Error> {
+    let checked = c.validate()?;
+    check_devices(gpu, &checked.ranges, opts)?;
+    Ok((checked.problem.m, checked.problem.h))
+}
+
+/// [`precheck`] for an FP8 call.
+pub(crate) fn precheck_fp8(
+    gpu: &Gpu,
+    c: &crate::fp8::RawFp8Call,
+    opts: &LaunchOptions,
+) -> Result<(usize, usize), Error> {
+    let checked = c.validate()?;
+    check_devices(gpu, &checked.ranges, opts)?;
+    Ok((checked.problem.m, checked.problem.h))
+}
+
 /// The fused op, with `more` ranks' inputs summed in front of `c.x` (SPEC.md §9) where
 /// `more` is not empty.
 pub(crate) unsafe fn launch_fused_with_ranks(
