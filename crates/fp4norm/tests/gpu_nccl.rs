@@ -403,3 +403,84 @@ fn gpu_nccl_one_thread_per_gpu_every_transport_matches_the_reference() {
     eprintln!("NCCL, {n} ranks one per GPU: {} failed", failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// One process per GPU (up to 8), the deployment engines run: the test binary starts
+/// itself once per rank (`FP4NORM_NCCL_CHILD` tells a child its rank, the world, the
+/// communicator's id and the seed), and every child checks its bytes under every
+/// transport; peers of other processes are mapped through CUDA IPC handles.
+#[test]
+fn gpu_nccl_one_process_per_gpu_every_transport_matches_the_reference() {
+    let test = "gpu_nccl_one_process_per_gpu_every_transport_matches_the_reference";
+    if let Ok(spec) = std::env::var("FP4NORM_NCCL_CHILD") {
+        let failures = child_rank(&spec);
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        return;
+    }
+    let _gpu = gpu_common::exclusive();
+    let _g = require_gpu!(test);
+    let n = fp4norm::cuda::device_count().min(8);
+    if n < 2 {
+        eprintln!("SKIPPED ({n} CUDA device: ranks one per GPU need 2 or more): {test}");
+        return;
+    }
+    if !require_nccl(test) {
+        return;
+    }
+    let id = UniqueId::new().expect("ncclGetUniqueId");
+    let hex: String = id.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let exe = std::env::current_exe().expect("the test binary");
+    let children: Vec<_> = (0..n)
+        .map(|k| {
+            std::process::Command::new(&exe)
+                .args([test, "--exact", "--nocapture", "--test-threads=1"])
+                .env("FP4NORM_NCCL_CHILD", format!("{k},{n},{hex},{}", seed()))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("starting a rank")
+        })
+        .collect();
+    let _watch = gpu_common::watchdog("the NCCL ranks, one process per GPU", 300);
+    let mut failed = Vec::new();
+    for (k, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().expect("a rank's output");
+        if !out.status.success() {
+            failed.push(format!(
+                "rank {k} ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    eprintln!(
+        "NCCL, {n} ranks one process per GPU: {} failed",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// A child of the one-process-per-GPU test: its rank's calls, the failures.
+fn child_rank(spec: &str) -> Vec<String> {
+    let f: Vec<&str> = spec.split(',').collect();
+    let (k, n): (usize, usize) = (f[0].parse().unwrap(), f[1].parse().unwrap());
+    let bytes: Vec<u8> = (0..128)
+        .map(|i| u8::from_str_radix(&f[2][2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let id = UniqueId::from_bytes(bytes.try_into().unwrap());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(f[3].parse::<u64>().unwrap() ^ 0x9cc3);
+    let hosts: Vec<Host> = CASES.iter().map(|&c| host(c, n, &mut rng)).collect();
+    let g = Gpu::new(k).expect("opening the rank's GPU");
+    let mut ranks = NcclRanks::new(&g, &id, k, n).expect("joining the communicator");
+    let stream = g.context().new_stream().unwrap();
+    let mut failures = Vec::new();
+    for (c, hc) in CASES.iter().zip(&hosts) {
+        for t in TRANSPORTS {
+            let res = run_rank(&g, &mut ranks, &stream, *c, t, hc)
+                .and_then(|got| expect(&g, *c, t, &got));
+            if let Err(e) = res {
+                failures.push(format!("rank {k}, {c:?}, {t:?}: {e}"));
+            }
+        }
+    }
+    failures
+}
