@@ -36,5 +36,17 @@ pub fn run() -> Result<bool, CliError> {
         Err(e) => println!("  cuda  not available: {e}"),
     }
     println!("  (the scalar fp4norm::reference is the oracle every backend is checked against)");
+    println!();
+    // The tensor-parallel transports over NCCL (fp4norm::cuda::nccl) load it at run time.
+    #[cfg(feature = "cuda")]
+    match fp4norm::cuda::nccl::nccl_version() {
+        Ok(v) => println!(
+            "tensor parallel over NCCL: available (NCCL {}.{}.{})",
+            v / 10000,
+            v / 100 % 100,
+            v % 100
+        ),
+        Err(e) => println!("tensor parallel over NCCL: not available: {e}"),
+    }
     Ok(true)
 }
