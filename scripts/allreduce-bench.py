@@ -2,16 +2,17 @@
 GPU, at decode sizes: bf16, NVFP4, swizzled scales. Run by torchrun on a multi-GPU host:
 
     PYTHONPATH=<fp4norm wheel> torchrun --nproc-per-node W scripts/allreduce-bench.py \
-        [--m 1,4,16,64,128,256,512] [--h 4096,8192] [--json FILE]
+        [--rows 1,4,16,64,128,256,512] [--hidden 4096,8192] [--json FILE]
 
 Per cell, µs per call of
   nccl+op    torch.distributed.all_reduce (NCCL; AVG, so that replays keep the magnitudes,
              at SUM's cost), then fp4norm.add_rmsnorm_fp4quant: the unfused path (its sum
              is NCCL's, not SPEC.md §9's: not bit-exact);
-  symmetric  fp4norm.distributed.allreduce_add_rmsnorm_fp4quant(transport="symmetric"):
+  one_shot   fp4norm.distributed.allreduce_add_rmsnorm_fp4quant(transport="one_shot"):
              one kernel reading every rank's input over symmetric memory;
+  two_shot   the same, each rank summing a 1/W share first (transport="two_shot");
   gather     the same with transport="gather" (an all-gather, then the kernel).
-The two fp4norm paths are checked against each other once per cell (the same bytes on a
+The fp4norm paths are checked against each other once per cell (the same bytes on a
 fresh residual). Timing: each path captured in a CUDA graph of --calls calls on every
 rank (eager timing where capture fails, marked), replayed --reps times; the median per
 call, then the slowest rank's. Rank 0 prints one line per cell and writes the JSON.
@@ -68,8 +69,9 @@ def timed(fn, calls, reps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--m", default="1,4,16,64,128,256,512")
-    ap.add_argument("--h", default="4096,8192")
+    # (Not --m or --h: torchrun would take those as abbreviations of its own options.)
+    ap.add_argument("--rows", default="1,4,16,64,128,256,512")
+    ap.add_argument("--hidden", default="4096,8192")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--json")
@@ -84,44 +86,43 @@ def main():
     cells = []
     if rank == 0:
         print(f"{world} ranks, {torch.cuda.get_device_name(dev)}, torch {torch.__version__}")
-        print("   M      H   nccl+op µs   symmetric µs (vs nccl+op)   gather µs (vs nccl+op)")
-    for h in (int(v) for v in a.h.split(",")):
+        print("   M      H   nccl+op µs   one_shot µs (vs nccl+op)   two_shot µs (vs)   gather µs (vs)")
+    for h in (int(v) for v in a.hidden.split(",")):
         shared = torch.Generator(device=dev).manual_seed(h)  # the same on every rank
         own = torch.Generator(device=dev).manual_seed(1000 * h + rank)
         w = torch.randn(h, device=dev, generator=shared).to(torch.bfloat16)
-        for m in (int(v) for v in a.m.split(",")):
+        for m in (int(v) for v in a.rows.split(",")):
             x = torch.randn(m, h, device=dev, generator=own).to(torch.bfloat16)
             r0 = torch.randn(m, h, device=dev, generator=shared).to(torch.bfloat16)
-            # The two fp4norm transports write the same bytes.
-            same = True
-            if m <= fd.SYMMETRIC_MAX_ROWS:
-                ra, rb = r0.clone(), r0.clone()
-                qa, sa = fd.allreduce_add_rmsnorm_fp4quant(x, ra, w, transport="symmetric", **opts)
-                qb, sb = fd.allreduce_add_rmsnorm_fp4quant(x, rb, w, transport="gather", **opts)
-                same = bool(torch.equal(qa, qb) and torch.equal(ra, rb)
-                            and torch.equal(sa.view(torch.uint8), sb.view(torch.uint8)))
+            # The fp4norm transports write the same bytes.
+            peer = m <= fd.SYMMETRIC_MAX_ROWS  # (the peer-access kernel takes decode rows only)
+            ours = ("one_shot", "two_shot", "gather") if peer else ("gather",)
+            outs = []
+            for t in ours:
+                rt = r0.clone()
+                q, s = fd.allreduce_add_rmsnorm_fp4quant(x, rt, w, transport=t, **opts)
+                outs.append((q, s.view(torch.uint8), rt))
+            same = all(all(torch.equal(a, b) for a, b in zip(o, outs[0])) for o in outs)
             xa = x.clone()
             r = r0.clone()
             paths = {
                 "nccl+op": lambda: (dist.all_reduce(xa, op=dist.ReduceOp.AVG),
                                     fp4norm.add_rmsnorm_fp4quant(xa, r, w, **opts)),
-                "symmetric": lambda: fd.allreduce_add_rmsnorm_fp4quant(
-                    x, r, w, transport="symmetric", **opts),
-                "gather": lambda: fd.allreduce_add_rmsnorm_fp4quant(
-                    x, r, w, transport="gather", **opts),
+                **{t: (lambda t=t: fd.allreduce_add_rmsnorm_fp4quant(x, r, w, transport=t, **opts))
+                   for t in ours},
             }
-            if m > fd.SYMMETRIC_MAX_ROWS:  # (the peer-access kernel takes decode rows only)
-                del paths["symmetric"]
             got = {name: timed(fn, a.calls, a.reps) for name, fn in paths.items()}
-            got.setdefault("symmetric", (float("nan"), "-"))
+            for t in ("one_shot", "two_shot"):
+                got.setdefault(t, (float("nan"), "-"))
             cell = dict(ranks=world, m=m, h=h, same_bytes=same,
                         **{name: dict(us=t, mode=mode) for name, (t, mode) in got.items()})
             cells.append(cell)
             if rank == 0:
                 base = got["nccl+op"][0]
                 marks = "".join(" (eager)" for _, mode in got.values() if mode == "eager")[:8]
-                print(f"{m:4d} {h:6d} {base:10.2f}   {got['symmetric'][0]:10.2f} ({got['symmetric'][0] / base:.2f}x)"
-                      f"   {got['gather'][0]:10.2f} ({got['gather'][0] / base:.2f}x)"
+                cols = "".join(f"   {got[t][0]:9.2f} ({got[t][0] / base:.2f}x)"
+                               for t in ("one_shot", "two_shot", "gather"))
+                print(f"{m:4d} {h:6d} {base:10.2f}{cols}"
                       f"{'' if same else '   BYTES DIFFER'}{marks}")
     if rank == 0 and a.json:
         with open(a.json, "w") as f:
