@@ -201,16 +201,22 @@ struct PeerSpace {
     pads: Vec<u64>,
     pad_words: usize,
     opened: Vec<u64>,
+    /// The primary contexts of same-process peers' GPUs, held while their memory is read.
+    peer_ctxs: Vec<std::sync::Arc<cudarc::driver::CudaContext>>,
 }
 
-/// What a rank tells the others about its workspace: its process, device, SM count, the
-/// buffer's and pad's addresses and IPC handles.
+/// What a rank tells the others about its workspace: its process (a token drawn once per
+/// process: pids repeat across containers and hosts), GPU (UUID, ordinal in its process,
+/// SM count, compute capability: equal launch shapes need equal GPUs), whether it
+/// allocated its workspace, and the buffer's and pad's addresses and IPC handles.
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct PeerRecord {
-    pid: u32,
+    process: u64,
+    uuid: [c_char; 16],
     ordinal: u32,
     sm_count: u32,
+    capability: u32,
     ok: u32,
     buffer: u64,
     pad: u64,
@@ -218,11 +224,35 @@ struct PeerRecord {
     pad_handle: [c_char; 64],
 }
 
+/// This process's token for [`PeerRecord::process`]: the time, the pid and an address,
+/// hashed once.
+fn process_token() -> u64 {
+    static TOKEN: OnceLock<u64> = OnceLock::new();
+    *TOKEN.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write_u32(std::process::id());
+        h.write_usize(&TOKEN as *const _ as usize);
+        h.finish()
+    })
+}
+
 /// One rank of a tensor-parallel group over NCCL, bound to one GPU: the communicator, the
 /// all-gather's buffer and the peer workspace, grown as calls need (growing is collective:
 /// every rank grows at the same call, since every rank makes the same calls). Buffers of
 /// earlier sizes are kept until drop, since a captured CUDA graph holds their addresses;
 /// none can grow during capture (make one eager call of the largest shape first).
+///
+/// The calls of one handle share its buffers and pads: make them on one stream (or on
+/// streams ordered one after the other). A rank whose call fails before its collective
+/// (an allocation of the gather's buffer, say) leaves the others waiting in NCCL, as any
+/// NCCL collective does; the arguments' checks come before it and fail alike on every
+/// rank that makes the same call.
 pub struct NcclRanks {
     lib: &'static NcclLib,
     comm: NcclComm,
@@ -230,7 +260,8 @@ pub struct NcclRanks {
     world: usize,
     ordinal: usize,
     ctx: std::sync::Arc<cudarc::driver::CudaContext>,
-    /// The fewest SMs of any rank's GPU (so that every rank decides alike).
+    /// This GPU's SMs, and the fewest of any rank's GPU (so that every rank decides alike).
+    sm_count: u32,
     min_sm_count: u32,
     gathered: Option<DevMem>,
     peers: Option<PeerSpace>,
@@ -289,6 +320,7 @@ impl NcclRanks {
             world,
             ordinal: gpu.ordinal(),
             ctx: gpu.context().clone(),
+            sm_count: gpu.sm_count(),
             min_sm_count: gpu.sm_count(),
             gathered: None,
             peers: None,
@@ -333,10 +365,16 @@ impl NcclRanks {
         let buf = alloc(n * (self.world + 1))?;
         let recv = buf.ptr + n as u64;
         let res = (|| {
-            // SAFETY: `buf` holds n + world·n bytes; the copies are synchronous.
+            // SAFETY: `buf` holds n + world·n bytes; the copy is ordered before the
+            // all-gather on the same stream, and `mine` outlives the stream's sync below.
             unsafe {
                 cu(
-                    sys::cuMemcpyHtoD_v2(buf.ptr, mine.as_ptr() as *const c_void, n),
+                    sys::cuMemcpyHtoDAsync_v2(
+                        buf.ptr,
+                        mine.as_ptr() as *const c_void,
+                        n,
+                        stream.cu_stream(),
+                    ),
                     "the ranks' exchange",
                 )?;
                 self.lib.check(
@@ -370,45 +408,60 @@ impl NcclRanks {
 
     /// Maps every rank's peer workspace of at least `bytes` per buffer and `pad_words`
     /// words per pad (collective; every rank calls it alike, as the calls do). Returns
-    /// whether every rank mapped every other's: where one could not (no peer access
-    /// between the GPUs, another node), none uses peer access.
+    /// whether every rank mapped every other's: where one could not (no peer access with
+    /// native atomics between the GPUs, GPUs that differ, another node, an allocation that
+    /// failed), none uses peer access, now or later.
     pub fn map_peers(&mut self, bytes: usize, pad_words: usize) -> Result<bool, Error> {
-        if let (Some(p), Some(ok)) = (&self.peers, self.peer_ok) {
-            if p.buffer.bytes >= bytes && p.pad_words >= pad_words {
-                return Ok(ok);
+        match (&self.peers, self.peer_ok) {
+            (_, Some(false)) => return Ok(false),
+            (Some(p), Some(true)) if p.buffer.bytes >= bytes && p.pad_words >= pad_words => {
+                return Ok(true)
             }
+            _ => {}
         }
         bind_ctx_of(&self.ctx)?;
         let bytes = bytes.max(1 << 20).next_power_of_two();
         let pad_words = pad_words.max(1 << 16).next_power_of_two();
-        let buffer = alloc(bytes)?;
-        let pad = alloc(pad_words * 4)?;
-        // The pad is 0 before any rank can know its address (the exchange follows).
-        // SAFETY: `pad` holds pad_words words; synchronous.
-        cu(
-            unsafe { sys::cuMemsetD32_v2(pad.ptr, 0, pad_words) },
-            "zeroing a signal pad",
-        )?;
+        // A step that fails here only marks this rank's record: every rank still takes
+        // part in both exchanges, so no failure leaves the others waiting in NCCL.
+        let (buffer, pad) = (alloc(bytes).ok(), alloc(pad_words * 4).ok());
+        let capability = self
+            .ctx
+            .compute_capability()
+            .map_or(0, |(a, b)| (a * 10 + b) as u32);
+        let uuid = self.ctx.uuid().map(|u| u.bytes).unwrap_or([0; 16]);
         let mut rec = PeerRecord {
-            pid: std::process::id(),
+            process: process_token(),
+            uuid,
             ordinal: self.ordinal as u32,
-            sm_count: 0,
-            ok: 1,
-            buffer: buffer.ptr,
-            pad: pad.ptr,
+            sm_count: self.sm_count,
+            capability,
+            ok: 0,
+            buffer: buffer.as_ref().map_or(0, |b| b.ptr),
+            pad: pad.as_ref().map_or(0, |b| b.ptr),
             buffer_handle: [0; 64],
             pad_handle: [0; 64],
         };
-        for (ptr, out) in [
-            (buffer.ptr, &mut rec.buffer_handle),
-            (pad.ptr, &mut rec.pad_handle),
-        ] {
-            let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
-            // SAFETY: an out-parameter for an allocation of cuMemAlloc.
-            if unsafe { sys::cuIpcGetMemHandle(&mut h, ptr) } == sys::CUresult::CUDA_SUCCESS {
-                *out = h.reserved;
-            } else {
-                rec.ok = 0;
+        if let (Some(buffer), Some(pad)) = (&buffer, &pad) {
+            // The pad is 0 before any rank can know its address (the exchange follows).
+            // SAFETY: `pad` holds pad_words words; synchronous.
+            let zeroed = unsafe { sys::cuMemsetD32_v2(pad.ptr, 0, pad_words) }
+                == sys::CUresult::CUDA_SUCCESS
+                // SAFETY: waits for the memset (on the legacy stream) before the exchange.
+                && unsafe { sys::cuCtxSynchronize() } == sys::CUresult::CUDA_SUCCESS;
+            rec.ok = zeroed as u32;
+            for (ptr, out) in [
+                (buffer.ptr, &mut rec.buffer_handle),
+                (pad.ptr, &mut rec.pad_handle),
+            ] {
+                // SAFETY: zeroed plain data, then an out-parameter for an allocation of
+                // cuMemAlloc.
+                let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+                if unsafe { sys::cuIpcGetMemHandle(&mut h, ptr) } == sys::CUresult::CUDA_SUCCESS {
+                    *out = h.reserved;
+                } else {
+                    rec.ok = 0;
+                }
             }
         }
         let all = self.exchange(as_bytes(&rec))?;
@@ -416,63 +469,95 @@ impl NcclRanks {
             .chunks(std::mem::size_of::<PeerRecord>())
             .map(from_bytes)
             .collect();
-        let mut space = PeerSpace {
-            buffer,
-            pad,
-            buffers: Vec::with_capacity(self.world),
-            pads: Vec::with_capacity(self.world),
-            pad_words,
-            opened: Vec::new(),
-        };
-        let mut ok = recs.iter().all(|r| r.ok == 1);
-        for (k, r) in recs.iter().enumerate() {
-            if !ok {
-                break;
+        // Equal GPUs: the built-in launch table then gives every rank the same grid.
+        let mut ok = recs
+            .iter()
+            .all(|r| r.ok == 1 && r.sm_count == rec.sm_count && r.capability == rec.capability);
+        let mut space = match (buffer, pad) {
+            (Some(buffer), Some(pad)) => Some(PeerSpace {
+                buffer,
+                pad,
+                buffers: Vec::with_capacity(self.world),
+                pads: Vec::with_capacity(self.world),
+                pad_words,
+                opened: Vec::new(),
+                peer_ctxs: Vec::new(),
+            }),
+            (b, p) => {
+                b.into_iter().chain(p).for_each(free);
+                None
             }
+        };
+        if let (true, Some(space)) = (ok, space.as_mut()) {
+            ok = self.map_records(&recs, space);
+        }
+        // Every rank learns whether every rank mapped every peer.
+        let verdicts = self.exchange(&[ok as u8])?;
+        let all_ok = verdicts.iter().all(|&v| v == 1);
+        if let Some(space) = space {
+            if let Some(old) = self.peers.replace(space) {
+                self.retired_peers.push(old);
+            }
+        }
+        self.peer_ok = Some(all_ok);
+        Ok(all_ok)
+    }
+
+    /// Every rank's buffer and pad as addresses of this GPU, into `space`; false where a
+    /// peer cannot be reached with native atomics (the signal pads' compare-and-swaps).
+    fn map_records(&self, recs: &[PeerRecord], space: &mut PeerSpace) -> bool {
+        let me = self.ctx.cu_device();
+        for (k, r) in recs.iter().enumerate() {
             if k == self.rank {
                 space.buffers.push(space.buffer.ptr);
                 space.pads.push(space.pad.ptr);
                 continue;
             }
-            if r.pid == std::process::id() {
+            if r.process == process_token() {
                 // A rank of this process (one thread per GPU): its addresses are valid
                 // here once this context may access its device.
-                ok &= enable_peer_access(&self.ctx, self.ordinal, r.ordinal as usize);
+                let Ok(peer) = cudarc::driver::CudaContext::new(r.ordinal as usize) else {
+                    return false;
+                };
+                // (Opening the peer's context made it current: this rank's again.)
+                if bind_ctx_of(&self.ctx).is_err()
+                    || !native_atomics(me, peer.cu_device())
+                    || !enable_peer_access(&peer, me)
+                {
+                    return false;
+                }
+                space.peer_ctxs.push(peer);
                 space.buffers.push(r.buffer);
                 space.pads.push(r.pad);
                 continue;
             }
-            for (handle, list) in [
-                (r.buffer_handle, &mut space.buffers),
-                (r.pad_handle, &mut space.pads),
-            ] {
+            match device_with_uuid(&r.uuid) {
+                Some(theirs) if native_atomics(me, theirs) => {}
+                _ => return false,
+            }
+            for (handle, to_pads) in [(r.buffer_handle, false), (r.pad_handle, true)] {
                 let mut ptr: sys::CUdeviceptr = 0;
                 let h = sys::CUipcMemHandle { reserved: handle };
                 // SAFETY: a handle another rank made for its live allocation.
-                let r = unsafe {
+                let res = unsafe {
                     sys::cuIpcOpenMemHandle_v2(
                         &mut ptr,
                         h,
                         sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
                     )
                 };
-                if r == sys::CUresult::CUDA_SUCCESS {
-                    space.opened.push(ptr);
-                    list.push(ptr);
+                if res != sys::CUresult::CUDA_SUCCESS {
+                    return false;
+                }
+                space.opened.push(ptr);
+                if to_pads {
+                    space.pads.push(ptr);
                 } else {
-                    ok = false;
-                    break;
+                    space.buffers.push(ptr);
                 }
             }
         }
-        // Every rank learns whether every rank mapped every peer.
-        let verdicts = self.exchange(&[ok as u8])?;
-        let all_ok = verdicts.iter().all(|&v| v == 1);
-        if let Some(old) = self.peers.replace(space) {
-            self.retired_peers.push(old);
-        }
-        self.peer_ok = Some(all_ok);
-        Ok(all_ok)
+        true
     }
 
     /// The transport a call of `m` rows of `h` elements of `dtype` takes under `t` (the
@@ -651,10 +736,25 @@ impl NcclRanks {
             Op::Fp4(c) => raw::precheck(gpu, c, opts)?,
             Op::Fp8(c) => raw::precheck_fp8(gpu, c, opts)?,
         };
-        let (x, dtype) = match op {
-            Op::Fp4(c) => (c.x, c.dtype),
-            Op::Fp8(c) => (c.x, c.dtype),
+        let (x, dtype, has_residual) = match op {
+            Op::Fp4(c) => (c.x, c.dtype, c.residual.is_some()),
+            Op::Fp8(c) => (c.x, c.dtype, c.residual.is_some()),
         };
+        // The kernels' own refusals that every rank makes alike, here before any
+        // collective (the residual; peer access past one row per SM of the smallest GPU).
+        if !has_residual {
+            return Err(Error::Unsupported(
+                "the fused all-reduce on the GPU needs a residual (it keeps the ranks' sum there)"
+                    .into(),
+            ));
+        }
+        if matches!(transport, Transport::Peer(_)) && m > self.min_sm_count as usize {
+            return Err(Error::Unsupported(format!(
+                "{m} rows over peer access: at most {} (one per SM of the smallest GPU), \
+                 where every CTA of a rank's grid is resident at once; use Transport::Gather",
+                self.min_sm_count
+            )));
+        }
         let mut taken = self.route(transport, m, h, dtype);
         if let Transport::Peer(strategy) = taken {
             if !self.peers_for(m, h, dtype.size(), strategy, transport != Transport::Auto)? {
@@ -737,10 +837,8 @@ impl Drop for NcclRanks {
                 mems.push(s.buffer);
                 mems.push(s.pad);
             }
-            for m in mems {
-                // SAFETY: this handle's allocation, idle after the sync.
-                unsafe { sys::cuMemFree_v2(m.ptr) };
-            }
+            // (Idle after the sync.)
+            mems.into_iter().for_each(free);
         }
         // SAFETY: this handle's communicator, destroyed once.
         unsafe { (self.lib.comm_destroy)(self.comm) };
@@ -758,40 +856,62 @@ fn bind_ctx_of(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> Result<(), 
     })
 }
 
-/// Lets this context read another device's memory (a rank of this process on that GPU);
-/// false where the devices cannot.
-fn enable_peer_access(
-    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
-    mine: usize,
-    theirs: usize,
-) -> bool {
+/// Lets the current context (this rank's) access `peer`'s memory; false where it cannot.
+fn enable_peer_access(peer: &cudarc::driver::CudaContext, me: sys::CUdevice) -> bool {
+    if peer.cu_device() == me {
+        return true;
+    }
+    // SAFETY: a retained primary context of a live device.
+    let r = unsafe { sys::cuCtxEnablePeerAccess(peer.cu_ctx(), 0) };
+    r == sys::CUresult::CUDA_SUCCESS || r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+}
+
+/// Whether `mine` reaches `theirs` with native atomics (NVLink, or a PCIe path that has
+/// them): the signal pads are compare-and-swapped from every rank.
+fn native_atomics(mine: sys::CUdevice, theirs: sys::CUdevice) -> bool {
     if mine == theirs {
         return true;
     }
-    let _ = ctx;
-    let mut can: c_int = 0;
-    // SAFETY: out-parameters and device handles of the driver.
+    let mut v: c_int = 0;
+    // SAFETY: an out-parameter; device handles of the driver.
+    let r = unsafe {
+        sys::cuDeviceGetP2PAttribute(
+            &mut v,
+            sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+            mine,
+            theirs,
+        )
+    };
+    r == sys::CUresult::CUDA_SUCCESS && v == 1
+}
+
+/// The device of this process with that UUID (None where it is not visible here).
+fn device_with_uuid(uuid: &[c_char; 16]) -> Option<sys::CUdevice> {
+    let mut n: c_int = 0;
+    // SAFETY: out-parameters of the driver's device queries.
     unsafe {
-        let (mut a, mut b) = (0, 0);
-        if sys::cuDeviceGet(&mut a, mine as c_int) != sys::CUresult::CUDA_SUCCESS
-            || sys::cuDeviceGet(&mut b, theirs as c_int) != sys::CUresult::CUDA_SUCCESS
-            || sys::cuDeviceCanAccessPeer(&mut can, a, b) != sys::CUresult::CUDA_SUCCESS
-            || can == 0
-        {
-            return false;
+        if sys::cuDeviceGetCount(&mut n) != sys::CUresult::CUDA_SUCCESS {
+            return None;
         }
-        let mut peer_ctx: sys::CUcontext = std::ptr::null_mut();
-        if sys::cuDevicePrimaryCtxRetain(&mut peer_ctx, b) != sys::CUresult::CUDA_SUCCESS {
-            return false;
-        }
-        let r = sys::cuCtxEnablePeerAccess(peer_ctx, 0);
-        r == sys::CUresult::CUDA_SUCCESS
-            || r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+        (0..n).find_map(|i| {
+            let mut d: sys::CUdevice = 0;
+            let mut u: sys::CUuuid = std::mem::zeroed();
+            (sys::cuDeviceGet(&mut d, i) == sys::CUresult::CUDA_SUCCESS
+                && sys::cuDeviceGetUuid_v2(&mut u, d) == sys::CUresult::CUDA_SUCCESS
+                && u.bytes == *uuid)
+                .then_some(d)
+        })
     }
 }
 
+fn free(m: DevMem) {
+    // SAFETY: an allocation of this handle that nothing uses.
+    unsafe { sys::cuMemFree_v2(m.ptr) };
+}
+
 fn as_bytes(r: &PeerRecord) -> &[u8] {
-    // SAFETY: a plain-data repr(C) struct without padding (4·4 + 2·8 + 2·64 bytes).
+    // SAFETY: a plain-data repr(C) struct without padding (8 + 16 + 4·4 + 2·8 + 2·64
+    // bytes, every field at a multiple of its alignment).
     unsafe {
         std::slice::from_raw_parts(
             r as *const PeerRecord as *const u8,

@@ -133,8 +133,11 @@ impl PeerStrategy {
         if ranks < 3 {
             return PeerStrategy::OneShot;
         }
-        let bytes = (m as u128) * (h as u128) * (dtype.size() as u128);
-        let saved = bytes * (ranks as u128 - 1) * (ranks as u128 - 2) / ranks as u128;
+        // (In u128, saturating: no call is that large, but the rule must not overflow.)
+        let saved = [h, dtype.size(), ranks - 1, ranks - 2]
+            .iter()
+            .fold(m as u128, |acc, &f| acc.saturating_mul(f as u128))
+            / ranks as u128;
         if saved >= TWO_SHOT_MIN_SAVED_BYTES as u128 {
             PeerStrategy::TwoShot
         } else {
