@@ -293,6 +293,8 @@ fn run_peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::Valid
         );
         if zero_copy {
             sim.fill(main, &rc.ranks);
+        } else {
+            sim.repoison(main);
         }
         let rs: Vec<CudaSlice<T>> = (0..nr).map(|_| upload(main, &pad(&rc.r))).collect();
         let qs: Vec<CudaSlice<u8>> = (0..nr)

@@ -532,6 +532,8 @@ fn peer_case<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZe
         );
         if zero_copy {
             sim.fill(main, &xs);
+        } else {
+            sim.repoison(main);
         }
         let devs: Vec<DevCase<T>> = xs
             .iter()

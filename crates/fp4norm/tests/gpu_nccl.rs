@@ -39,16 +39,19 @@ fn require_nccl(test: &str) -> bool {
                 !require,
                 "FP4NORM_REQUIRE_NCCL is set but NCCL is missing: {e}"
             );
-            eprintln!("SKIPPED (no NCCL: {e}): {test}");
+            gpu_common::skipped_because(&format!("no NCCL: {e}"), test);
             false
         }
     }
 }
 
+/// Two-shot first: each case's first peer call finds the last case's data in the
+/// buffers, and one-shot then finds two-shot's sums in part of them, so a copy-in that
+/// went missing would show.
 const TRANSPORTS: [Transport; 4] = [
+    Transport::Peer(PeerStrategy::TwoShot),
     Transport::Gather,
     Transport::Peer(PeerStrategy::OneShot),
-    Transport::Peer(PeerStrategy::TwoShot),
     Transport::Auto,
 ];
 
@@ -360,7 +363,10 @@ fn gpu_nccl_one_thread_per_gpu_every_transport_matches_the_reference() {
     let _g = require_gpu!(test);
     let n = fp4norm::cuda::device_count().min(8);
     if n < 2 {
-        eprintln!("SKIPPED ({n} CUDA device: ranks one per GPU need 2 or more): {test}");
+        gpu_common::skipped_because(
+            &format!("{n} CUDA device: ranks one per GPU need 2 or more"),
+            test,
+        );
         return;
     }
     if !require_nccl(test) {
@@ -412,15 +418,20 @@ fn gpu_nccl_one_thread_per_gpu_every_transport_matches_the_reference() {
 fn gpu_nccl_one_process_per_gpu_every_transport_matches_the_reference() {
     let test = "gpu_nccl_one_process_per_gpu_every_transport_matches_the_reference";
     if let Ok(spec) = std::env::var("FP4NORM_NCCL_CHILD") {
-        let failures = child_rank(&spec);
+        let (calls, failures) = child_rank(&spec);
         assert!(failures.is_empty(), "{}", failures.join("\n"));
+        // The parent looks for this line: a child whose filter ran no test has none.
+        println!("{CHILD_DONE} {calls} calls");
         return;
     }
     let _gpu = gpu_common::exclusive();
     let _g = require_gpu!(test);
     let n = fp4norm::cuda::device_count().min(8);
     if n < 2 {
-        eprintln!("SKIPPED ({n} CUDA device: ranks one per GPU need 2 or more): {test}");
+        gpu_common::skipped_because(
+            &format!("{n} CUDA device: ranks one per GPU need 2 or more"),
+            test,
+        );
         return;
     }
     if !require_nccl(test) {
@@ -444,7 +455,13 @@ fn gpu_nccl_one_process_per_gpu_every_transport_matches_the_reference() {
     let mut failed = Vec::new();
     for (k, c) in children.into_iter().enumerate() {
         let out = c.wait_with_output().expect("a rank's output");
-        if !out.status.success() {
+        if !String::from_utf8_lossy(&out.stdout).contains(CHILD_DONE) {
+            failed.push(format!(
+                "rank {k} ({}) did not run its calls:\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        } else if !out.status.success() {
             failed.push(format!(
                 "rank {k} ({}):\n{}",
                 out.status,
@@ -459,8 +476,11 @@ fn gpu_nccl_one_process_per_gpu_every_transport_matches_the_reference() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
+/// What a child of the one-process-per-GPU test prints once its calls ran.
+const CHILD_DONE: &str = "fp4norm NCCL child: done,";
+
 /// A child of the one-process-per-GPU test: its rank's calls, the failures.
-fn child_rank(spec: &str) -> Vec<String> {
+fn child_rank(spec: &str) -> (usize, Vec<String>) {
     let f: Vec<&str> = spec.split(',').collect();
     let (k, n): (usize, usize) = (f[0].parse().unwrap(), f[1].parse().unwrap());
     let bytes: Vec<u8> = (0..128)
@@ -472,9 +492,10 @@ fn child_rank(spec: &str) -> Vec<String> {
     let g = Gpu::new(k).expect("opening the rank's GPU");
     let mut ranks = NcclRanks::new(&g, &id, k, n).expect("joining the communicator");
     let stream = g.context().new_stream().unwrap();
-    let mut failures = Vec::new();
+    let (mut failures, mut calls) = (Vec::new(), 0);
     for (c, hc) in CASES.iter().zip(&hosts) {
         for t in TRANSPORTS {
+            calls += 1;
             let res = run_rank(&g, &mut ranks, &stream, *c, t, hc)
                 .and_then(|got| expect(&g, *c, t, &got));
             if let Err(e) = res {
@@ -482,5 +503,5 @@ fn child_rank(spec: &str) -> Vec<String> {
             }
         }
     }
-    failures
+    (calls, failures)
 }

@@ -43,8 +43,14 @@ pub fn gpu() -> Option<&'static Gpu> {
 /// Says on the real stderr (the harness captures `eprintln!` of passing tests) that `what`
 /// did not run for want of a GPU.
 pub fn skipped(what: &str) {
+    skipped_because("no CUDA device", what);
+}
+
+/// A visible skip for `why`: written to stderr itself, which the test harness does not
+/// capture (it captures `eprintln!`), so that a skip shows without `--nocapture`.
+pub fn skipped_because(why: &str, what: &str) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "SKIPPED (no CUDA device): {what}");
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED ({why}): {what}");
 }
 
 /// The GPU, or a visible skip and return.
@@ -164,6 +170,7 @@ pub struct SimRanks<T: cudarc::driver::DeviceRepr> {
     pub buf_ptrs: Vec<u64>,
     pad_ptrs: Vec<u64>,
     row_stride: usize,
+    poison: T,
 }
 
 /// Both schedules of the peer-access all-reduce, each run by every peer test.
@@ -189,7 +196,18 @@ impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy> Sim
             buf_ptrs,
             pad_ptrs,
             row_stride: h,
+            poison,
         }
+    }
+
+    /// Every buffer poisoned again, so that a round that copies its inputs in shows a
+    /// vector it did not copy (the last round left the same inputs there).
+    pub fn repoison(&mut self, main: &Arc<CudaStream>) {
+        for b in &mut self.bufs {
+            let n = b.len();
+            main.memcpy_htod(&vec![self.poison; n], b).unwrap();
+        }
+        main.synchronize().unwrap();
     }
 
     /// Each rank's input written into its buffer, as a producer of a zero-copy call does.
