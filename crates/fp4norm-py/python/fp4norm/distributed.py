@@ -336,18 +336,29 @@ def _workspace(group: Any, device: Any) -> _Workspace:
 
 
 def _one_host(group: Any, device: Any) -> Optional[str]:
-    """None where every rank of ``group`` runs on this host, else why not (collective)."""
+    """None where every rank of ``group`` runs on this host, on GPUs alike (SM count and
+    compute capability: the kernel's launch table then gives every rank the same grid,
+    whose CTAs meet rank by rank), else why not (collective)."""
     import torch
     import torch.distributed as dist
 
     if dist.get_world_size(group) == 1:
         return None
+    prop = torch.cuda.get_device_properties(device)
+    mine = (socket.gethostname(), prop.multi_processor_count, prop.major, prop.minor)
     names: List[Any] = [None] * dist.get_world_size(group)
     with torch.cuda.device(device):
-        dist.all_gather_object(names, socket.gethostname(), group=group)
-    hosts = sorted(set(names))
+        dist.all_gather_object(names, mine, group=group)
+    hosts = sorted(set(n[0] for n in names))
     if len(hosts) > 1:
         return f"the ranks run on {len(hosts)} hosts ({', '.join(map(str, hosts))})"
+    gpus = sorted(set(n[1:] for n in names))
+    if len(gpus) > 1:
+        return (
+            "the ranks' GPUs differ (SMs, compute capability: "
+            + ", ".join(f"{sm} SMs sm_{a}{b}" for sm, a, b in gpus)
+            + "): the peer kernel needs equal grids on every rank"
+        )
     return None
 
 

@@ -630,23 +630,26 @@ def _rank_main(rank, world, backend, per_gpu, store_path, seed, results):
             backend, store=dist.FileStore(store_path, world), rank=rank, world_size=world, **kwargs
         )
         try:
+            # The workspace set up as "auto" does on a fresh group (hosts and GPUs compared,
+            # the ranks agreeing); its refusal is reported as a skip, with its reason.
             stage = "symmetric workspace"
-            try:
-                fd.symmetric_input_buffer((16, 4096), torch.bfloat16, device=dev)
-            except fd.SymmetricMemoryUnavailable as e:
-                results.put((rank, "skip", str(e)))
+            reason = fd._symmetric_reason(fd._group_object(None), dev)
+            if reason is not None:
+                results.put((rank, "skip", reason))
                 return
             stage = "calls"
             steps = PER_GPU_STEPS if per_gpu else MULTI_STEPS
+            # "auto" first: on a fresh group it sets the workspace up itself (and compares
+            # the ranks' hosts and GPUs), then decides alike on every rank.
             out = {
+                "auto": _steps_on_rank(steps, rank, world, seed, dev, "auto", False),
                 "one_shot": _steps_on_rank(steps, rank, world, seed, dev, "one_shot", False),
                 "two_shot": _steps_on_rank(steps, rank, world, seed, dev, "two_shot", False),
                 "zero copy": _steps_on_rank(steps, rank, world, seed, dev, "one_shot", True),
                 "zero copy, two-shot": _steps_on_rank(steps, rank, world, seed, dev, "two_shot", True),
             }
-            if per_gpu:  # NCCL: the all-gather too, and "auto"
+            if per_gpu:  # NCCL: the all-gather too
                 out["gather"] = _steps_on_rank(steps, rank, world, seed, dev, "gather", False)
-                out["auto"] = _steps_on_rank(steps, rank, world, seed, dev, "auto", False)
             results.put((rank, "ok", out))
         finally:
             dist.destroy_process_group()
@@ -739,7 +742,8 @@ def test_ranks_as_processes_on_one_gpu(world, tmp_path):
     seed = 1000 + world
     got = _run_ranks(world, "gloo", False, str(tmp_path / "store"), seed)
     _check_ranks(
-        got, world, MULTI_STEPS, seed, ("one_shot", "two_shot", "zero copy", "zero copy, two-shot")
+        got, world, MULTI_STEPS, seed,
+        ("auto", "one_shot", "two_shot", "zero copy", "zero copy, two-shot"),
     )
 
 
