@@ -10,7 +10,7 @@
 
 mod gpu_common;
 
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use fp4norm::cuda::nccl::{nccl_version, NcclRanks, Transport, UniqueId};
@@ -376,27 +376,10 @@ fn gpu_nccl_one_thread_per_gpu_every_transport_matches_the_reference() {
     let id = UniqueId::new().expect("ncclGetUniqueId");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x9cc2);
     let hosts: Arc<Vec<Host>> = Arc::new(CASES.iter().map(|&c| host(c, n, &mut rng)).collect());
-    let barrier = Arc::new(Barrier::new(n));
     let workers: Vec<_> = (0..n)
         .map(|k| {
-            let (hosts, barrier) = (hosts.clone(), barrier.clone());
-            std::thread::spawn(move || -> Vec<String> {
-                let g = Gpu::new(k).expect("opening the rank's GPU");
-                let mut ranks = NcclRanks::new(&g, &id, k, n).expect("joining the communicator");
-                let stream = g.context().new_stream().unwrap();
-                let mut failures = Vec::new();
-                for (c, hc) in CASES.iter().zip(hosts.iter()) {
-                    for t in TRANSPORTS {
-                        barrier.wait();
-                        let res = run_rank(&g, &mut ranks, &stream, *c, t, hc)
-                            .and_then(|got| expect(&g, *c, t, &got));
-                        if let Err(e) = res {
-                            failures.push(format!("rank {k}, {c:?}, {t:?}: {e}"));
-                        }
-                    }
-                }
-                failures
-            })
+            let hosts = hosts.clone();
+            std::thread::spawn(move || rank_of(k, n, &id, &hosts).1)
         })
         .collect();
     let failures: Vec<String> = workers
@@ -489,11 +472,17 @@ fn child_rank(spec: &str) -> (usize, Vec<String>) {
     let id = UniqueId::from_bytes(bytes.try_into().unwrap());
     let mut rng = rand::rngs::StdRng::seed_from_u64(f[3].parse::<u64>().unwrap() ^ 0x9cc3);
     let hosts: Vec<Host> = CASES.iter().map(|&c| host(c, n, &mut rng)).collect();
+    rank_of(k, n, &id, &hosts)
+}
+
+/// Rank `k` of `n` on GPU `k`: joins the communicator, then every case under every
+/// transport. Returns the calls made and the failures.
+fn rank_of(k: usize, n: usize, id: &UniqueId, hosts: &[Host]) -> (usize, Vec<String>) {
     let g = Gpu::new(k).expect("opening the rank's GPU");
-    let mut ranks = NcclRanks::new(&g, &id, k, n).expect("joining the communicator");
+    let mut ranks = NcclRanks::new(&g, id, k, n).expect("joining the communicator");
     let stream = g.context().new_stream().unwrap();
     let (mut failures, mut calls) = (Vec::new(), 0);
-    for (c, hc) in CASES.iter().zip(&hosts) {
+    for (c, hc) in CASES.iter().zip(hosts) {
         for t in TRANSPORTS {
             calls += 1;
             let res = run_rank(&g, &mut ranks, &stream, *c, t, hc)
