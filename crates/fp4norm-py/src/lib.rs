@@ -208,7 +208,7 @@ impl Peers {
         signal_pads: Option<Vec<u64>>,
         signal_pad_words: usize,
         rank: usize,
-        strategy: PeerStrategy,
+        two_shot: bool,
     ) -> Result<Option<Peers>, Error> {
         let (buffers, signal_pads) = match (buffers, signal_pads) {
             (None, None) => return Ok(None),
@@ -232,7 +232,11 @@ impl Peers {
             signal_pads,
             signal_pad_words,
             rank,
-            strategy,
+            strategy: if two_shot {
+                PeerStrategy::TwoShot
+            } else {
+                PeerStrategy::OneShot
+            },
         };
         peers.raw().check_ranks()?;
         Ok(Some(peers))
@@ -307,11 +311,7 @@ fn fused(
         signal_pads,
         signal_pad_words,
         rank,
-        if peer_two_shot {
-            PeerStrategy::TwoShot
-        } else {
-            PeerStrategy::OneShot
-        },
+        peer_two_shot,
     )
     .map_err(to_py)?;
     if peers.is_some() && ranks.is_some() {
@@ -508,11 +508,7 @@ fn fused_fp8(
         signal_pads,
         signal_pad_words,
         rank,
-        if peer_two_shot {
-            PeerStrategy::TwoShot
-        } else {
-            PeerStrategy::OneShot
-        },
+        peer_two_shot,
     )
     .map_err(to_py)?;
     let call = (|| -> Result<RawFp8Call, Fail> {

@@ -347,10 +347,15 @@ fn gpu_nccl_one_rank_every_transport_matches_the_reference() {
         Some(true),
         "one rank maps its own workspace"
     );
-    for f in &failures {
+    report(&format!("NCCL, one rank: {runs} calls"), &failures);
+}
+
+/// Every failure, then the summary, then the assertion.
+fn report(summary: &str, failures: &[String]) {
+    for f in failures {
         eprintln!("FAIL {f}");
     }
-    eprintln!("NCCL, one rank: {runs} calls, {} failed", failures.len());
+    eprintln!("{summary}, {} failed", failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -386,11 +391,7 @@ fn gpu_nccl_one_thread_per_gpu_every_transport_matches_the_reference() {
         .into_iter()
         .flat_map(|w| w.join().expect("a rank panicked"))
         .collect();
-    for f in &failures {
-        eprintln!("FAIL {f}");
-    }
-    eprintln!("NCCL, {n} ranks one per GPU: {} failed", failures.len());
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    report(&format!("NCCL, {n} ranks one thread per GPU"), &failures);
 }
 
 /// One process per GPU (up to 8), the deployment engines run: the test binary starts
@@ -452,11 +453,7 @@ fn gpu_nccl_one_process_per_gpu_every_transport_matches_the_reference() {
             ));
         }
     }
-    eprintln!(
-        "NCCL, {n} ranks one process per GPU: {} failed",
-        failed.len()
-    );
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    report(&format!("NCCL, {n} ranks one process per GPU"), &failed);
 }
 
 /// What a child of the one-process-per-GPU test prints once its calls ran.

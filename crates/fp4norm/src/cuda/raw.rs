@@ -419,6 +419,17 @@ pub(crate) unsafe fn launch_fused(
     unsafe { launch_fused_with_ranks(gpu, stream, c, Ranks::Gathered(&[]), opts) }
 }
 
+/// `cfg` for a call over `ranks`: how many are summed, over peer access or not, and the
+/// peer schedule (the FP4 and FP8 launches alike).
+fn with_ranks(cfg: KernelConfig, ranks: Ranks) -> KernelConfig {
+    KernelConfig {
+        ar_ranks: ranks.count() as u32,
+        ar_peer: matches!(ranks, Ranks::Peers(_)),
+        ar_two_shot: matches!(ranks, Ranks::Peers(p) if p.strategy == PeerStrategy::TwoShot),
+        ..cfg
+    }
+}
+
 /// The kernel's rank parameters: (ar_x, ar_signal, ar_stride, ar_rank), `x` being rank 0's
 /// input where the ranks are gathered.
 fn rank_params(x: &RawMat, ranks: Ranks) -> ([u64; 8], [u64; 8], i64, u32) {
@@ -601,10 +612,7 @@ pub(crate) unsafe fn launch_fused_with_ranks(
     };
     let (gs, gs_ptr) = gs_mode(global_scale);
     let peer = matches!(ranks, Ranks::Peers(_));
-    let mut cfg = gpu.config_with(&p, gs, aligned, !peer);
-    cfg.ar_ranks = ranks.count() as u32;
-    cfg.ar_peer = matches!(ranks, Ranks::Peers(_));
-    cfg.ar_two_shot = matches!(ranks, Ranks::Peers(p) if p.strategy == PeerStrategy::TwoShot);
+    let cfg = with_ranks(gpu.config_with(&p, gs, aligned, !peer), ranks);
     let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);
     // Rows the fused kernel covers: with directly written swizzled scales whose padding is
     // not spread over the call's threads, the last 128-row tile's padding rows too (their
@@ -897,10 +905,10 @@ pub(crate) unsafe fn launch_fused_fp8(
     gpu.settle_conversions(stream)?;
     let pdl = gpu.pdl_for(opts.pdl);
     let peer = matches!(ranks, Ranks::Peers(_));
-    let mut cfg = gpu.fp8_config_with(&p, c.static_scale.is_some(), aligned, !peer);
-    cfg.ar_ranks = ranks.count() as u32;
-    cfg.ar_peer = matches!(ranks, Ranks::Peers(_));
-    cfg.ar_two_shot = matches!(ranks, Ranks::Peers(p) if p.strategy == PeerStrategy::TwoShot);
+    let cfg = with_ranks(
+        gpu.fp8_config_with(&p, c.static_scale.is_some(), aligned, !peer),
+        ranks,
+    );
     let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);
     // Rows the kernel covers: with column-major scales, or swizzled ones whose padding is
     // not spread over the call's threads, the layout's padding rows too (their CTAs zero
