@@ -33,6 +33,7 @@ import fp4norm  # noqa: E402
 from fp4norm import reference  # noqa: E402
 
 from fp4_helpers import spec_dequant, swizzled_offsets  # noqa: E402
+from torch_helpers import host, raw_np as raw  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "llama_fp4_decode.py"
 LAYERS, PROMPT, STEPS, CALIB = 2, 16, 4, 64
@@ -52,20 +53,6 @@ def load_example():
 
 
 ex = load_example()
-
-
-def host(t):
-    """A tensor's bytes as a NumPy array of its dtype (bf16 through ml_dtypes)."""
-    t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.view(torch.uint8).numpy() if t.element_size() == 1 else t.numpy()
-
-
-def raw(t):
-    return t.detach().contiguous().view(torch.uint8).reshape(-1).cpu().numpy()
 
 
 @pytest.fixture(scope="module", params=DEVICES, ids=DEVICES)

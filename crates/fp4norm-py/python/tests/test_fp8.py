@@ -46,6 +46,9 @@ try:
 except ImportError:
     torch = None
 
+if torch is not None:
+    from torch_helpers import raw, same, torch_data as tdata
+
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed: torch FP8 cases skipped")
 
 DEVICES = devices_under_test()
@@ -659,26 +662,6 @@ def test_read_only_out_is_refused():
 # ---------------------------------------------------------------------------------------
 # torch: the operators
 # ---------------------------------------------------------------------------------------
-
-
-def tdata(m, h, dtype, device, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(m, h, generator=g)
-    r = torch.randn(m, h, generator=g) * 2
-    w = 1 + 0.25 * torch.randn(h, generator=g)
-    if m > 2:
-        x[1] = 0
-        r[1] = 0
-        x[2] *= 1000
-    return tuple(t.to(dtype).to(device) for t in (x, r, w))
-
-
-def raw(t):
-    return t.detach().contiguous().view(torch.uint8).reshape(-1).cpu()
-
-
-def same(a, b):
-    return torch.equal(raw(a), raw(b))
 
 
 TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16"}

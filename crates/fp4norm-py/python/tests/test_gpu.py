@@ -14,39 +14,10 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device: GPU tests skipped", allow_module_level=True)
 
 import fp4norm  # noqa: E402
+from torch_helpers import same, torch_data as data  # noqa: E402
 
 DEV = torch.device("cuda", 0)
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
-
-
-def data(m, h, dtype, seed=0, specials=False, lead=None):
-    """CPU tensors: input, residual, weight. `specials` puts a NaN, an Inf and a zero row in."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(m, h, generator=g)
-    r = torch.randn(m, h, generator=g) * 2
-    w = 1 + 0.25 * torch.randn(h, generator=g)
-    if m > 2:
-        x[1] = 0
-        r[1] = 0
-        x[2] *= 1000
-    if specials and m > 5:
-        x[3, 5] = float("nan")
-        x[4, 17] = float("inf")
-        x[5, :16] = 1e-30  # subnormal-ish block
-    x, r, w = x.to(dtype), r.to(dtype), w.to(dtype)
-    if lead is not None:
-        x = x.reshape(*lead, h)
-        r = r.reshape(*lead, h)
-    return x, r, w
-
-
-def raw(t):
-    """The bytes of a tensor (any shape and dtype), flat, on the CPU."""
-    return t.contiguous().view(torch.uint8).reshape(-1).cpu()
-
-
-def same(a, b):
-    return torch.equal(raw(a), raw(b))
 
 
 def same_values(a, b):

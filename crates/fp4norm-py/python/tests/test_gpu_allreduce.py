@@ -21,28 +21,10 @@ if not torch.cuda.is_available():
 
 import fp4norm  # noqa: E402
 from fp4norm import reference  # noqa: E402
+from torch_helpers import ranks_data, raw  # noqa: E402
 
 DEV = torch.device("cuda", 0)
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
-
-
-def raw(t):
-    return t.contiguous().view(torch.uint8).reshape(-1).cpu()
-
-
-def ranks_data(w, m, h, dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    xs = [(torch.randn(m, h, generator=g) * (k + 1)).to(dtype) for k in range(w)]
-    if m > 3:
-        xs[0][1] = 0  # cancellation across ranks: rank 1 gets minus rank 0's row
-        xs[-1][1] = 0
-        xs[0][2, :8] = 1e4
-        if w > 1:
-            xs[1][2, :8] = -1e4
-        xs[w // 2][3, 5] = float("nan")
-    r = (torch.randn(m, h, generator=g) * 2).to(dtype)
-    wt = (1 + 0.25 * torch.randn(h, generator=g)).to(dtype)
-    return xs, r, wt
 
 
 def poisoned_outputs(kw, m, h, block_size, dev):

@@ -36,6 +36,7 @@ import fp4norm  # noqa: E402
 import fp4norm.distributed as fd  # noqa: E402
 from fp4norm import _core, reference  # noqa: E402
 from fp4_helpers import devices_under_test  # noqa: E402
+from torch_helpers import ranks_data, raw  # noqa: E402
 
 # The kernel needs no NVLink multicast: keep PyTorch's rendezvous from setting it up (here
 # and in the spawned ranks, which inherit the environment).
@@ -48,27 +49,6 @@ DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 # A spawned rank that has not reported by then is hung (its kernel waits for a peer); the
 # ranks compile their kernels on first use, so allow for that.
 RANK_TIMEOUT_S = float(os.environ.get("FP4NORM_RANK_TIMEOUT_S", "300"))
-
-
-def raw(t):
-    return t.detach().contiguous().view(torch.uint8).reshape(-1).cpu()
-
-
-def ranks_data(w, m, h, dtype, seed):
-    """``w`` ranks' inputs (rank k's scaled by k + 1, with a row that cancels across ranks,
-    large values of opposite signs and a NaN), a residual and a weight, CPU tensors."""
-    g = torch.Generator().manual_seed(seed)
-    xs = [(torch.randn(m, h, generator=g) * (k + 1)).to(dtype) for k in range(w)]
-    if m > 3:
-        xs[0][1] = 0
-        xs[-1][1] = 0
-        xs[0][2, :8] = 1e4
-        if w > 1:
-            xs[1][2, :8] = -1e4
-        xs[w // 2][3, 5] = float("nan")
-    r = (torch.randn(m, h, generator=g) * 2).to(dtype)
-    wt = (1 + 0.25 * torch.randn(h, generator=g)).to(dtype)
-    return xs, r, wt
 
 
 def poison(shape, dev, dtype=torch.uint8):

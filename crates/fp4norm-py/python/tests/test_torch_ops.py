@@ -20,6 +20,7 @@ import fp4norm  # noqa: E402
 from fp4norm import reference  # noqa: E402
 
 from fp4_helpers import FORMATS  # noqa: E402
+from torch_helpers import host, raw_np as raw, torch_data as data  # noqa: E402
 
 # FP4NORM_TEST_DEVICES=cuda runs the CUDA cases only (a GPU machine's run; CI covers the CPU).
 DEVICES = [
@@ -35,37 +36,6 @@ ops = torch.ops.fp4norm
 def cuda_or_skip(device):
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device: CUDA operator tests skipped")
-
-
-def data(m, h, dtype, device, seed=0, lead=None):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(m, h, generator=g)
-    r = torch.randn(m, h, generator=g) * 2
-    w = 1 + 0.25 * torch.randn(h, generator=g)
-    if m > 2:
-        x[1] = 0
-        r[1] = 0
-        x[2] *= 1000
-    x, r, w = (t.to(dtype).to(device) for t in (x, r, w))
-    if lead is not None:
-        x, r = x.reshape(*lead, h), r.reshape(*lead, h)
-    return x, r, w
-
-
-def host(t):
-    """A tensor's bytes as a NumPy array of its dtype's bit width (for the reference)."""
-    t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    if t.dtype == torch.float16:
-        return t.numpy()
-    return t.view(torch.uint8).numpy() if t.element_size() == 1 else t.numpy()
-
-
-def raw(t):
-    return t.detach().contiguous().view(torch.uint8).reshape(-1).cpu().numpy()
 
 
 def poisoned(shape, dtype, device):
