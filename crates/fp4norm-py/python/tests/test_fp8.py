@@ -47,7 +47,7 @@ except ImportError:
     torch = None
 
 if torch is not None:
-    from torch_helpers import raw, same, torch_data as tdata
+    from torch_helpers import CompiledOnce, raw, same, torch_data as tdata
 
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed: torch FP8 cases skipped")
 
@@ -913,7 +913,6 @@ def test_torch_compile_fullgraph_dynamic_no_recompile(device):
     """Every FP8 entry point under torch.compile(fullgraph=True, dynamic=True): one compile
     for every M, eager's bytes."""
     cuda_or_skip(device)
-    from torch._dynamo.testing import CompileCounterWithBackend
 
     h = 256
     _, _, w = tdata(1, h, torch.bfloat16, device)
@@ -933,8 +932,7 @@ def test_torch_compile_fullgraph_dynamic_no_recompile(device):
     x0, r0, _ = tdata(7, h, torch.bfloat16, device)
     explained = torch._dynamo.explain(block)(x0, r0.clone())
     assert explained.graph_break_count == 0, explained.break_reasons
-    counter = CompileCounterWithBackend("inductor")
-    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=counter)
+    compiled = CompiledOnce(block)
     for m in (7, 128, 1000):
         x, r, _ = tdata(m, h, torch.bfloat16, device, seed=m)
         r_eager, r_compiled = r.clone(), r.clone()
@@ -943,7 +941,7 @@ def test_torch_compile_fullgraph_dynamic_no_recompile(device):
         for a, b in zip(eager, comp):
             assert a.shape == b.shape and a.dtype == b.dtype and same(a, b)
         assert same(r_eager, r_compiled)
-    assert counter.frame_count == 1, f"recompiled: {counter.frame_count} frames"
+    assert compiled.recompiles == 0, f"recompiled {compiled.recompiles} frames for a new M"
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import fp4norm  # noqa: E402
 from fp4norm import reference  # noqa: E402
 
 from fp4_helpers import FORMATS  # noqa: E402
-from torch_helpers import host, raw_np as raw, torch_data as data  # noqa: E402
+from torch_helpers import CompiledOnce, host, raw_np as raw, torch_data as data  # noqa: E402
 
 # FP4NORM_TEST_DEVICES=cuda runs the CUDA cases only (a GPU machine's run; CI covers the CPU).
 DEVICES = [
@@ -359,15 +359,13 @@ def decoder_block(h_dim, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph_dynamic_no_recompile(device):
     cuda_or_skip(device)
-    from torch._dynamo.testing import CompileCounterWithBackend
 
     torch._dynamo.reset()
     block = decoder_block(256, device)
     x0, r0, _ = data(7, 256, torch.bfloat16, device)
     explained = torch._dynamo.explain(block)(x0, r0.clone())
     assert explained.graph_break_count == 0, explained.break_reasons
-    counter = CompileCounterWithBackend("inductor")
-    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=counter)
+    compiled = CompiledOnce(block)
     for m in (7, 128, 1000):
         x, r, _ = data(m, 256, torch.bfloat16, device, seed=m)
         r_eager, r_compiled = r.clone(), r.clone()
@@ -375,7 +373,7 @@ def test_torch_compile_fullgraph_dynamic_no_recompile(device):
         yc, qc, sc = compiled(x, r_compiled)
         assert np.array_equal(raw(qe), raw(qc)) and np.array_equal(raw(se), raw(sc))
         assert np.array_equal(raw(r_eager), raw(r_compiled)) and np.array_equal(raw(ye), raw(yc))
-    assert counter.frame_count == 1, f"recompiled: {counter.frame_count} frames"
+    assert compiled.recompiles == 0, f"recompiled {compiled.recompiles} frames for a new M"
 
 
 def test_torch_compile_cuda_graphs():
@@ -427,7 +425,6 @@ def test_weight_bias_through_the_operators(device):
         dict(global_scale=gs, weight_bias=-0.5),
     )
 
-    from torch._dynamo.testing import CompileCounterWithBackend
 
     torch._dynamo.reset()
 
@@ -435,8 +432,7 @@ def test_weight_bias_through_the_operators(device):
         return fp4norm.add_rmsnorm_fp4quant(x, residual, w, global_scale=gs,
                                             is_sf_swizzled_layout=True, weight_bias=1.0)
 
-    counter = CompileCounterWithBackend("inductor")
-    compiled = torch.compile(norm, fullgraph=True, dynamic=True, backend=counter)
+    compiled = CompiledOnce(norm)
     for mm in (7, 128, 1000):
         xx, rr, _ = data(mm, h, torch.bfloat16, device, seed=mm)
         re, rc = rr.clone(), rr.clone()
@@ -444,7 +440,7 @@ def test_weight_bias_through_the_operators(device):
         qc, sc = compiled(xx, rc)
         assert torch.equal(raw_t(qe), raw_t(qc)) and torch.equal(raw_t(se), raw_t(sc))
         assert torch.equal(raw_t(re), raw_t(rc))
-    assert counter.frame_count == 1, f"recompiled: {counter.frame_count} frames"
+    assert compiled.recompiles == 0, f"recompiled {compiled.recompiles} frames for a new M"
 
 
 def raw_t(t):
@@ -549,7 +545,6 @@ def test_allreduce_torch_compile_fullgraph_dynamic_no_recompile(device):
     """The fused all-reduce under torch.compile (fullgraph, dynamic): no graph break, one
     compile across M, eager's bytes."""
     cuda_or_skip(device)
-    from torch._dynamo.testing import CompileCounterWithBackend
 
     torch._dynamo.reset()
     h = 256
@@ -561,8 +556,7 @@ def test_allreduce_torch_compile_fullgraph_dynamic_no_recompile(device):
     xs, r, _ = ranks_data(2, 7, h, torch.bfloat16, device, seed=7)
     explained = torch._dynamo.explain(norm)(xs[0], xs[1], r.clone())
     assert explained.graph_break_count == 0, explained.break_reasons
-    counter = CompileCounterWithBackend("inductor")
-    compiled = torch.compile(norm, fullgraph=True, dynamic=True, backend=counter)
+    compiled = CompiledOnce(norm)
     for m in (7, 128, 1000):
         xs, r, _ = ranks_data(2, m, h, torch.bfloat16, device, seed=m)
         re, rc = r.clone(), r.clone()
@@ -570,4 +564,4 @@ def test_allreduce_torch_compile_fullgraph_dynamic_no_recompile(device):
         qc, sc = compiled(xs[0], xs[1], rc)
         assert torch.equal(raw_t(qe), raw_t(qc)) and torch.equal(raw_t(se), raw_t(sc))
         assert torch.equal(raw_t(re), raw_t(rc))
-    assert counter.frame_count == 1, f"recompiled: {counter.frame_count} frames"
+    assert compiled.recompiles == 0, f"recompiled {compiled.recompiles} frames for a new M"

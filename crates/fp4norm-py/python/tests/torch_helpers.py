@@ -69,3 +69,29 @@ def host(t):
 
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.view(torch.uint8).numpy() if t.element_size() == 1 else t.numpy()
+
+
+class CompiledOnce:
+    """``torch.compile(fn, fullgraph=True, dynamic=True)`` with Inductor, counting Dynamo's
+    frames: ``recompiles`` is how many it compiled after the first call, which a function
+    that takes every M with one graph keeps at 0. (The first call itself may compile its
+    frame twice: Dynamo restarts a frame's analysis once to specialise a Python float
+    handed to an operator, as any operator's float argument is, such as an ``eps`` read
+    from a module attribute, or, from torch 2.15 on, from a function's default.)"""
+
+    def __init__(self, fn):
+        from torch._dynamo.testing import CompileCounterWithBackend
+
+        self.counter = CompileCounterWithBackend("inductor")
+        self.fn = torch.compile(fn, fullgraph=True, dynamic=True, backend=self.counter)
+        self.first = None
+
+    def __call__(self, *args):
+        out = self.fn(*args)
+        if self.first is None:
+            self.first = self.counter.frame_count
+        return out
+
+    @property
+    def recompiles(self):
+        return self.counter.frame_count - (self.first or 0)
