@@ -15,7 +15,8 @@ Hopper and on the CPU:
 
 The FP8 family (SPEC.md §8), on the same backends and with the same conventions:
 FlashInfer's ``rmsnorm_quant`` / ``fused_add_rmsnorm_quant`` (a per-tensor static scale;
-``out``'s float8 dtype picks E4M3 or E5M2), ``add_rmsnorm_fp8quant`` /
+``out``'s float8 dtype picks E4M3 or E5M2) and ``fused_add_rmsnorm_fp8_block_quant`` (E4M3
+in 1 x 128 blocks, f32 scales column-major), ``add_rmsnorm_fp8quant`` /
 ``rmsnorm_fp8quant`` with dynamic scales (per token or per group of 32, 64, 128; f32 or
 UE8M0; row-major, column-major or swizzled 128x4), the MXFP8 shorthands
 ``add_rmsnorm_mxfp8quant`` / ``rmsnorm_mxfp8quant``, and ``dequantize_fp8`` (host arrays).
@@ -61,6 +62,7 @@ __all__ = [
     "allreduce_add_rmsnorm_fp4quant",
     "rmsnorm_quant",
     "fused_add_rmsnorm_quant",
+    "fused_add_rmsnorm_fp8_block_quant",
     "add_rmsnorm_fp8quant",
     "rmsnorm_fp8quant",
     "add_rmsnorm_mxfp8quant",
@@ -478,6 +480,58 @@ def fused_add_rmsnorm_quant(
         input, residual, weight, out, None, scale, None, None, None, None, None, eps, y_out,
         enable_pdl, weight_bias, static=True,
     )
+    return None
+
+
+def fused_add_rmsnorm_fp8_block_quant(
+    out: Array,
+    block_scale: Array,
+    normed_out: Optional[Array],
+    input: Array,
+    residual: Array,
+    weight: Array,
+    eps: float = 1e-6,
+    enable_pdl: Optional[bool] = None,
+    *,
+    weight_bias: Optional[float] = None,
+) -> None:
+    """Fused residual add + RMSNorm + E4M3 quantisation in 1 x 128 blocks with f32 scales in
+    the column-major layout DeepGEMM's block-scaled GEMMs read (FlashInfer's signature)::
+
+        residual   <- RNdt(input + residual)                      (in place)
+        normed_out <- RNdt(y)           y as in add_rmsnorm_fp8quant (f32)
+        s          <- max(RN32(amax(block of y) / 448), RN32(1e-4 / 448))
+        out        <- E4M3(RN32(y * RN32(1 / s)))
+
+    That is :func:`add_rmsnorm_fp8quant` with ``group=128``, ``scale_layout="column-major"``,
+    ``y_out=normed_out``, E4M3 codes and the scale floor FlashInfer has (it floors each
+    block's amax at 1e-4 before dividing by 448, which gives the same f32 scale).
+
+    Args:
+        out: the E4M3 codes, ``input``'s shape, ``float8_e4m3fn`` (or uint8); written in
+            place.
+        block_scale: float32 ``[H/128, 4*ceil(M/4)]``, contiguous (the logical ``[M, H/128]``
+            scales are ``block_scale.T[:M]``); the padding columns are written as zeros.
+        normed_out: the normalised values rounded to the input dtype, ``input``'s shape;
+            None skips them (FlashInfer requires it).
+        input, residual, weight, eps, enable_pdl, weight_bias: as in
+            :func:`fused_add_rmsnorm_quant`; ``H`` a multiple of 128 (FlashInfer also wants
+            a multiple of 256 and at most 16384; fp4norm does not).
+
+    FlashInfer quantises the normalised values after rounding them to the input dtype;
+    fp4norm quantises the f32 values (SPEC.md §8), so a code can differ
+    (docs/flashinfer-parity.md). Raises as :func:`add_rmsnorm_fp8quant`, naming this
+    function's arguments; nothing is written then.
+    """
+    _api.fp8_block_quant_outputs(out, block_scale, input)
+    try:
+        add_rmsnorm_fp8quant(
+            input, residual, weight, out, block_scale, eps, element="e4m3", group=128,
+            scale_format="f32", scale_layout="column-major", s_min=2.2321428616578487e-07,
+            y_out=normed_out, enable_pdl=enable_pdl, weight_bias=weight_bias,
+        )
+    except (ArgumentError, ArgumentTypeError) as e:
+        raise _api.fp8_block_quant_error(e) from None
     return None
 
 

@@ -706,6 +706,50 @@ def fp8_element(element: Any, out_code: Optional[str]) -> str:
     return name
 
 
+def fp8_block_quant_outputs(out: Any, block_scale: Any, input: Any) -> None:
+    """The outputs of ``fused_add_rmsnorm_fp8_block_quant``: both given (FlashInfer's
+    signature writes them in place), ``block_scale`` of FlashInfer's shape (a buffer of the
+    right size but another shape, such as the logical ``[M, H/128]``, would be read in
+    another layout than the one written) and E4M3 codes (an E5M2 ``out`` is refused)."""
+    for name, a in (("out", out), ("block_scale", block_scale)):
+        if a is None:
+            raise ArgumentTypeError(
+                f"{name} must be a preallocated array: fused_add_rmsnorm_fp8_block_quant "
+                "writes its outputs in place (use add_rmsnorm_fp8quant to allocate them)"
+            )
+    shape = tuple(getattr(input, "shape", ()))
+    if shape and shape[-1] % 128 == 0:  # (else the H rule's own error follows)
+        m = 1
+        for d in shape[:-1]:
+            m *= d
+        want = (shape[-1] // 128, (m + 3) // 4 * 4)
+        got = tuple(getattr(block_scale, "shape", ()))
+        if got != want:
+            raise ArgumentError(
+                f"block_scale must have shape [H/128, 4*ceil(M/4)] = {list(want)} (the "
+                f"column-major layout DeepGEMM reads), got {list(got)}"
+            )
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(out, torch.Tensor):
+        e5m2 = out.dtype == torch.float8_e5m2
+    else:
+        e5m2 = _np_fp8("e5m2") is not None and getattr(out, "dtype", None) == _np_fp8("e5m2")
+    if e5m2:
+        raise ArgumentTypeError(
+            "out must be float8_e4m3fn (or uint8): the 1 x 128 block quantisation writes "
+            "E4M3 codes, got float8_e5m2"
+        )
+
+
+def fp8_block_quant_error(e: Exception) -> Exception:
+    """An error of the ``add_rmsnorm_fp8quant`` call behind ``fused_add_rmsnorm_fp8_block_quant``
+    with the arguments named as that function names them."""
+    import re
+
+    message = re.sub(r"\bscales_out\b", "block_scale", str(e))
+    return type(e)(re.sub(r"\by_out\b", "normed_out", message))
+
+
 def fp8_group(group: Any) -> int:
     """The group size as the native layer takes it: -1 for per token (``None``,
     ``"token"``), else 32, 64 or 128."""

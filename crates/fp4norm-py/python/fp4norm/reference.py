@@ -4,7 +4,8 @@ Rust), for host arrays: the executable spec the fast backends are checked agains
 Same signatures and results as :func:`fp4norm.add_rmsnorm_fp4quant` and
 :func:`fp4norm.rmsnorm_fp4quant`, and for the FP8 family (SPEC.md §8,
 ``fp4norm::fp8::reference`` in Rust) as :func:`fp4norm.rmsnorm_quant`,
-:func:`fp4norm.fused_add_rmsnorm_quant`, :func:`fp4norm.add_rmsnorm_fp8quant` and
+:func:`fp4norm.fused_add_rmsnorm_quant`, :func:`fp4norm.fused_add_rmsnorm_fp8_block_quant`,
+:func:`fp4norm.add_rmsnorm_fp8quant` and
 :func:`fp4norm.rmsnorm_fp8quant`; much slower; torch CPU tensors and NumPy arrays only.
 The ``allreduce_*`` functions are the tensor-parallel contract (SPEC.md §9): the ranks'
 inputs summed in rank order, then the op.
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple, Union
 
 from . import _api
+from ._errors import ArgumentError, ArgumentTypeError
 
 Array = Any
 
@@ -25,6 +27,7 @@ __all__ = [
     "allreduce_rmsnorm_fp4quant",
     "rmsnorm_quant",
     "fused_add_rmsnorm_quant",
+    "fused_add_rmsnorm_fp8_block_quant",
     "add_rmsnorm_fp8quant",
     "rmsnorm_fp8quant",
     "allreduce_add_rmsnorm_fp8quant",
@@ -167,6 +170,30 @@ def fused_add_rmsnorm_quant(
         input, residual, weight, out, None, scale, None, None, None, None, None, eps, y_out,
         None, weight_bias, backend="reference", static=True,
     )
+
+
+def fused_add_rmsnorm_fp8_block_quant(
+    out: Array,
+    block_scale: Array,
+    normed_out: Optional[Array],
+    input: Array,
+    residual: Array,
+    weight: Array,
+    eps: float = 1e-6,
+    *,
+    weight_bias: Optional[float] = None,
+) -> None:
+    """:func:`fp4norm.fused_add_rmsnorm_fp8_block_quant` through the scalar reference (host
+    arrays)."""
+    _api.fp8_block_quant_outputs(out, block_scale, input)
+    try:
+        add_rmsnorm_fp8quant(
+            input, residual, weight, out, block_scale, eps, element="e4m3", group=128,
+            scale_format="f32", scale_layout="column-major", s_min=2.2321428616578487e-07,
+            y_out=normed_out, weight_bias=weight_bias,
+        )
+    except (ArgumentError, ArgumentTypeError) as e:
+        raise _api.fp8_block_quant_error(e) from None
 
 
 def add_rmsnorm_fp8quant(

@@ -1,5 +1,7 @@
 """The FP8 family of SPEC.md §8 in the Python module: FlashInfer's ``rmsnorm_quant`` /
-``fused_add_rmsnorm_quant`` (a per-tensor static scale) and the dynamic-scale
+``fused_add_rmsnorm_quant`` (a per-tensor static scale), its
+``fused_add_rmsnorm_fp8_block_quant`` (1 x 128 blocks, checked against FlashInfer's own
+scale formula too) and the dynamic-scale
 ``add_rmsnorm_fp8quant`` / ``rmsnorm_fp8quant`` (per token or per group of 32, 64, 128;
 f32 or UE8M0 scales; row-major, column-major or swizzled), on NumPy arrays and torch
 tensors, through the ``torch.ops.fp4norm`` operators.
@@ -926,7 +928,11 @@ def test_torch_compile_fullgraph_dynamic_no_recompile(device):
         q3, _ = fp4norm.rmsnorm_fp8quant(x, w, scale=scale, element="e5m2")
         out2 = torch.empty(x.shape, dtype=torch.float8_e5m2, device=x.device)
         fp4norm.rmsnorm_quant(out2, x, w, 3.0)
-        return out, q1, s1, q2, s2, q3, out2
+        out3 = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+        bs = torch.empty(h // 128, (x.shape[0] + 3) // 4 * 4, dtype=torch.float32, device=x.device)
+        normed = torch.empty_like(x)
+        fp4norm.fused_add_rmsnorm_fp8_block_quant(out3, bs, normed, x, residual, w)
+        return out, q1, s1, q2, s2, q3, out2, out3, bs, normed
 
     torch._dynamo.reset()
     x0, r0, _ = tdata(7, h, torch.bfloat16, device)
@@ -942,6 +948,123 @@ def test_torch_compile_fullgraph_dynamic_no_recompile(device):
             assert a.shape == b.shape and a.dtype == b.dtype and same(a, b)
         assert same(r_eager, r_compiled)
     assert compiled.recompiles == 0, f"recompiled {compiled.recompiles} frames for a new M"
+
+
+# ---------------------------------------------------------------------------------------
+# FlashInfer's fused_add_rmsnorm_fp8_block_quant (E4M3 in 1 x 128 blocks, DeepGEMM's layout)
+# ---------------------------------------------------------------------------------------
+
+# FlashInfer floors each block's amax at 1e-4 before dividing by 448.
+BQ_AMAX_FLOOR = np.float32(1e-4)
+
+
+def bq_data(rng, m, h, code):
+    """``make``'s rows, and a row of values so small that its blocks' amax is under
+    FlashInfer's floor (their scale is the floor's)."""
+    x, r, w = make(rng, m, h, code)
+    if m > 3:
+        x[3] = (np.float32(1e-7) * rng.standard_normal(h)).astype(x.dtype)
+        r[3] = 0
+    return x, r, w
+
+
+def bq_check(x, r, w, q, bs, normed, r_new):
+    """``fused_add_rmsnorm_fp8_block_quant``'s outputs (host arrays, ``bs`` the whole
+    column-major buffer) against the NumPy model of SPEC.md §8 and FlashInfer's formulas."""
+    m, h = x.shape
+    n, mp4 = h // 128, 4 * ((m + 3) // 4)
+    floor = np.float32(BQ_AMAX_FLOOR / np.float32(448))
+    hv, q_m, s_m, y = model(x, r, w, "e4m3", 128, "f32", "column-major", s_min=floor)
+    assert same_bytes(r_new, hv) and same_bytes(q, q_m) and same_bytes(bs, s_m)
+    assert same_bytes(normed, to_dtype(y, x.dtype))
+    assert bs.shape == (n, mp4) and not bs[:, m:].any(), "padding columns must be zero"
+    # FlashInfer's scale, max(amax, 1e-4) / 448 in f32: the same bytes as the floor above.
+    amax = np.max(np.abs(y.reshape(m, n, 128)), axis=2)
+    fi = (np.maximum(amax, BQ_AMAX_FLOOR) / np.float32(448)).astype(np.float32)
+    assert same_bytes(bs[:, :m].T.copy(), fi)
+    # The codes dequantise to normed_out within E4M3's rounding (a layout check).
+    deq = fp8_value(np.asarray(q).view(np.uint8), "e4m3").reshape(m, n, 128) * bs[:, :m].T[:, :, None]
+    ref = normed.astype(np.float32).reshape(m, n, 128)
+    assert np.all(np.abs(deq - ref) <= np.abs(ref) / 8 + bs[:, :m].T[:, :, None] * 2.0**-6)
+
+
+BQ_CASES = list(itertools.product([1, 19, 99], [128, 1024, 7168], DTYPES))
+
+
+@pytest.mark.parametrize("m,h,code", BQ_CASES, ids=[f"{m}x{h}-{c}" for m, h, c in BQ_CASES])
+def test_fp8_block_quant_numpy(m, h, code):
+    """NumPy arrays, preallocated and poisoned; the CPU backend and the reference write the
+    model's bytes and FlashInfer's scales."""
+    rng = np.random.default_rng(seed_of("bq", m, h, code))
+    x, r, w = bq_data(rng, m, h, code)
+    for fn in (fp4norm.fused_add_rmsnorm_fp8_block_quant, reference.fused_add_rmsnorm_fp8_block_quant):
+        rr = r.copy()
+        q = np.full((m, h), 0xAB, np.uint8).view(NP_FP8["e4m3"])
+        bs = np.full((h // 128, 4 * ((m + 3) // 4)), 0xAB, np.uint8).repeat(4, 1).view(np.float32)
+        normed = np.full((m, h), 0xAB, np.uint8).repeat(2, 1).view(x.dtype)
+        assert fn(q, bs, normed, x, rr, w) is None
+        bq_check(x, r, w, q, bs, normed, rr)
+
+
+BQ_BAD = [
+    ("out None", TypeError, "out must be a preallocated", lambda a: a.update(out=None)),
+    ("block_scale None", TypeError, "block_scale must be a preallocated", lambda a: a.update(block_scale=None)),
+    ("E5M2 out", TypeError, "E4M3", lambda a: a.update(out=a["out"].view(NP_FP8["e5m2"]))),
+    ("row-major scales", ValueError, "block_scale must have shape [H/128, 4*ceil(M/4)] = [2, 8]",
+     lambda a: a.update(block_scale=np.zeros((8, 2), np.float32))),
+    ("normed_out dtype", TypeError, "normed_out",
+     lambda a: a.update(normed_out=np.zeros((8, 256), np.float32))),
+    ("H not a multiple of 128", ValueError, "128",
+     lambda a: a.update(input=a["input"][:, :192], residual=a["residual"][:, :192].copy(),
+                        weight=a["weight"][:192].copy(), out=a["out"][:, :192].copy(),
+                        normed_out=a["normed_out"][:, :192].copy(),
+                        block_scale=np.zeros((1, 8), np.float32))),
+]
+
+
+@pytest.mark.parametrize("desc,exc,words,change", BQ_BAD, ids=[b[0] for b in BQ_BAD])
+def test_fp8_block_quant_bad_calls(desc, exc, words, change):
+    """FlashInfer's argument names in the message; nothing written."""
+    rng = np.random.default_rng(1)
+    x, r, w = bq_data(rng, 8, 256, "bf16")
+    args = dict(
+        out=np.zeros((8, 256), NP_FP8["e4m3"]), block_scale=np.zeros((2, 8), np.float32),
+        normed_out=np.zeros((8, 256), x.dtype), input=x, residual=r.copy(), weight=w,
+    )
+    change(args)
+    before = {k: None if v is None else v.copy() for k, v in args.items()}
+    with pytest.raises(exc) as e:
+        fp4norm.fused_add_rmsnorm_fp8_block_quant(**args)
+    assert words in str(e.value), str(e.value)
+    assert "scales_out" not in str(e.value) and "y_out" not in str(e.value), str(e.value)
+    for k, v in args.items():
+        assert v is None or same_bytes(v, before[k]), f"{k} was written"
+
+
+@needs_torch
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("code", DTYPES)
+@pytest.mark.parametrize("m,h", [(1, 128), (19, 1024), (99, 4096), (989, 7168)])
+def test_fp8_block_quant_flashinfer_shaped(m, h, code, device):
+    """As FlashInfer's callers make the call: torch tensors, ``out`` float8_e4m3fn,
+    ``block_scale`` float32 ``[H/128, round_up(M, 4)]`` and ``normed_out`` preallocated
+    (poisoned here), on CUDA with PDL on and off; the model's bytes and FlashInfer's
+    scales, the same bytes as the reference's."""
+    cuda_or_skip(device)
+    rng = np.random.default_rng(seed_of("bq-torch", m, h, code))
+    x, r, w = bq_data(rng, m, h, code)
+    t = lambda a: torch.from_numpy(a.view(np.uint16).copy()).view(getattr(torch, TORCH_DTYPES[code])).to(device)
+    for enable_pdl in ([None] if device == "cpu" else [True, False]):
+        rd = t(r)
+        q = torch.full((m, h), 0xAB, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
+        bs = torch.full((h // 128, 4 * ((m + 3) // 4)), float("nan"), dtype=torch.float32, device=device)
+        normed = torch.full((m, h), 0xAB, dtype=torch.uint8, device=device).repeat(1, 2).view(rd.dtype)
+        fp4norm.fused_add_rmsnorm_fp8_block_quant(q, bs, normed, t(x), rd, t(w), 1e-6, enable_pdl)
+        host = lambda a, dt: raw(a).numpy().view(dt).reshape(a.shape)
+        bq_check(
+            x, r, w, host(q, NP_FP8["e4m3"]), host(bs, np.float32),
+            host(normed, x.dtype), host(rd, x.dtype),
+        )
 
 
 # ---------------------------------------------------------------------------------------
