@@ -15,9 +15,12 @@
 //! an owning tensor handle; an optional argument is null or a heap box holding the value,
 //! freed by the kernel; a `str` is an owning string handle; outputs are owning handles
 //! that PyTorch takes over; a `Tensor[]` is an owning list handle whose items are owning
-//! tensor handles (the kernel frees the list and each tensor).
+//! tensor handles (the kernel frees the list and each tensor). From 2.13 libtorch allocates
+//! the boxes with `torch_new_stable_ivalue` and asks for `torch_delete_stable_ivalue`, used
+//! where present (before, `delete` of the C++ shim); from 2.13 a failing libtorch call no
+//! longer logs its cause, which `torch_exception_get_what_without_backtrace` then gives.
 
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::OnceLock;
 
 use fp4norm::cuda::{Gpu, LaunchOptions, RawStream};
@@ -146,6 +149,11 @@ struct Torch {
     codes: Codes,
     /// `aoti_torch_get_current_cuda_stream`, from libtorch_cuda where PyTorch has CUDA.
     current_cuda_stream: Option<unsafe extern "C" fn(i32, *mut *mut c_void) -> Status>,
+    /// `torch_delete_stable_ivalue` (PyTorch 2.13 on): frees an optional argument's box.
+    delete_box: Option<unsafe extern "C" fn(*mut u64) -> Status>,
+    /// `torch_exception_get_what_without_backtrace` (PyTorch 2.13 on): the message of this
+    /// thread's last libtorch exception.
+    last_error: Option<unsafe extern "C" fn() -> *const c_char>,
     /// The libraries stay loaded (and the registrations alive) for the process.
     _libs: Vec<libloading::Library>,
 }
@@ -178,6 +186,20 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
             version
         ));
     }
+    // SAFETY (both): the symbols' C signatures, as declared in stable/c/shim.h (2.13 on);
+    // absent before, which leaves the older conventions in force.
+    let delete_box = unsafe {
+        cpu.get::<unsafe extern "C" fn(*mut u64) -> Status>(b"torch_delete_stable_ivalue\0")
+            .ok()
+            .map(|f| *f)
+    };
+    let last_error = unsafe {
+        cpu.get::<unsafe extern "C" fn() -> *const c_char>(
+            b"torch_exception_get_what_without_backtrace\0",
+        )
+        .ok()
+        .map(|f| *f)
+    };
     let mut libs = vec![cpu];
     let mut current_cuda_stream = None;
     if let Some(path) = libtorch_cuda {
@@ -229,6 +251,8 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
         api,
         codes,
         current_cuda_stream,
+        delete_box,
+        last_error,
         _libs: libs,
     };
     let t = TORCH.get_or_init(|| t);
@@ -307,12 +331,23 @@ fn value<T>(msg: String) -> Result<T, Fail> {
     Err(Fail::Value(msg))
 }
 
+/// A libtorch call's status as a result; a failure names the step, and its cause where
+/// libtorch keeps it (2.13 on).
 fn status(s: Status, what: &str) -> Result<(), Fail> {
     if s == 0 {
-        Ok(())
-    } else {
-        Err(Fail::Runtime(format!("libtorch failed in {what}")))
+        return Ok(());
     }
+    // SAFETY: a libtorch function without arguments; its result is null or a C string
+    // valid until this thread's next libtorch exception, copied here at once.
+    let cause = torch()
+        .last_error
+        .map(|f| unsafe { f() })
+        .filter(|p| !p.is_null())
+        .map(|p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
+    Err(Fail::Runtime(match cause {
+        Some(c) if !c.is_empty() => format!("libtorch failed in {what}: {c}"),
+        _ => format!("libtorch failed in {what}"),
+    }))
 }
 
 /// Runs a kernel body and turns its failure (or a panic) into the C++ exception the
@@ -383,8 +418,14 @@ impl Stack {
         }
         // SAFETY: a box libtorch allocated for this argument, read and freed once.
         let v = unsafe { *boxed };
-        // SAFETY: as above.
-        unsafe { fp4norm_delete_boxed_ivalue(boxed) };
+        match torch().delete_box {
+            // SAFETY: as above; the function libtorch names for freeing it.
+            Some(delete) => unsafe {
+                delete(boxed);
+            },
+            // SAFETY: as above (before 2.13 libtorch allocated it with `new`).
+            None => unsafe { fp4norm_delete_boxed_ivalue(boxed) },
+        }
         Some(v)
     }
 
