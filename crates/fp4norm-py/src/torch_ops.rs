@@ -47,6 +47,13 @@ extern "C-unwind" {
 /// The stable-ABI version whose stack conventions these kernels follow (2.10).
 const STABLE_ABI_2_10: u64 = (2 << 56) | (10 << 48);
 
+/// The dtype codes of float8_e8m0fnu and float4_e2m1fn_x2 where libtorch has no getter for
+/// them (2.10; `torch_dtype_float8_e8m0fnu` / `torch_dtype_float4_e2m1fn_x2` came in 2.11):
+/// their `c10::ScalarType` numbers, which are fixed (AOTInductor serialises them) and what
+/// the getters return.
+const SCALAR_TYPE_E8M0: Code = 44;
+const SCALAR_TYPE_FP4X2: Code = 45;
+
 macro_rules! api {
     ($($field:ident: $sym:literal => fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
         /// libtorch's stable-ABI functions the kernels call.
@@ -109,8 +116,6 @@ api! {
     dtype_bool: "aoti_torch_dtype_bool" => fn() -> Code;
     dtype_e4m3: "aoti_torch_dtype_float8_e4m3fn" => fn() -> Code;
     dtype_e5m2: "aoti_torch_dtype_float8_e5m2" => fn() -> Code;
-    dtype_e8m0: "torch_dtype_float8_e8m0fnu" => fn() -> Code;
-    dtype_fp4x2: "torch_dtype_float4_e2m1fn_x2" => fn() -> Code;
     device_cpu: "aoti_torch_device_type_cpu" => fn() -> Code;
     device_cuda: "aoti_torch_device_type_cuda" => fn() -> Code;
     layout_strided: "aoti_torch_layout_strided" => fn() -> Code;
@@ -200,6 +205,14 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
         .ok()
         .map(|f| *f)
     };
+    let dtype_or = |symbol: &[u8], fixed: Code| -> Code {
+        // SAFETY: a dtype getter's C signature (stable/c/shim.h, 2.11 on), without arguments.
+        unsafe { cpu.get::<unsafe extern "C" fn() -> Code>(symbol) }
+            .map(|f| unsafe { f() })
+            .unwrap_or(fixed)
+    };
+    let e8m0 = dtype_or(b"torch_dtype_float8_e8m0fnu\0", SCALAR_TYPE_E8M0);
+    let fp4x2 = dtype_or(b"torch_dtype_float4_e2m1fn_x2\0", SCALAR_TYPE_FP4X2);
     let mut libs = vec![cpu];
     let mut current_cuda_stream = None;
     if let Some(path) = libtorch_cuda {
@@ -224,8 +237,8 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
             u8: (api.dtype_u8)(),
             e4m3: (api.dtype_e4m3)(),
             e5m2: (api.dtype_e5m2)(),
-            e8m0: (api.dtype_e8m0)(),
-            fp4x2: (api.dtype_fp4x2)(),
+            e8m0,
+            fp4x2,
             cpu: (api.device_cpu)(),
             cuda: (api.device_cuda)(),
             strided: (api.layout_strided)(),
@@ -242,8 +255,8 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
                 ((api.dtype_bool)(), "bool"),
                 ((api.dtype_e4m3)(), "float8_e4m3fn"),
                 ((api.dtype_e5m2)(), "float8_e5m2"),
-                ((api.dtype_e8m0)(), "float8_e8m0fnu"),
-                ((api.dtype_fp4x2)(), "float4_e2m1fn_x2"),
+                (e8m0, "float8_e8m0fnu"),
+                (fp4x2, "float4_e2m1fn_x2"),
             ],
         }
     };

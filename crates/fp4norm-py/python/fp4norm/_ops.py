@@ -149,7 +149,13 @@ def _register_native() -> int:
     )
 
 
-ABI_VERSION = _register_native()
+try:
+    ABI_VERSION = _register_native()
+except Exception:
+    # Undefine the schemas, so that importing fp4norm again raises this error again rather
+    # than torch's complaint about a second definition of the namespace.
+    _LIB._destroy()
+    raise
 
 _ops = torch.ops.fp4norm
 ADD = _ops.add_rmsnorm_fp4quant.default
