@@ -523,15 +523,10 @@ def fused_add_rmsnorm_fp8_block_quant(
     (docs/flashinfer-parity.md). Raises as :func:`add_rmsnorm_fp8quant`, naming this
     function's arguments; nothing is written then.
     """
-    _api.fp8_block_quant_outputs(out, block_scale, input)
-    try:
-        add_rmsnorm_fp8quant(
-            input, residual, weight, out, block_scale, eps, element="e4m3", group=128,
-            scale_format="f32", scale_layout="column-major", s_min=2.2321428616578487e-07,
-            y_out=normed_out, enable_pdl=enable_pdl, weight_bias=weight_bias,
-        )
-    except (ArgumentError, ArgumentTypeError) as e:
-        raise _api.fp8_block_quant_error(e) from None
+    _api.fp8_block_quant(
+        add_rmsnorm_fp8quant, out, block_scale, normed_out, input, residual, weight, eps,
+        weight_bias, enable_pdl=enable_pdl,
+    )
     return None
 
 

@@ -706,11 +706,18 @@ def fp8_element(element: Any, out_code: Optional[str]) -> str:
     return name
 
 
-def fp8_block_quant_outputs(out: Any, block_scale: Any, input: Any) -> None:
-    """The outputs of ``fused_add_rmsnorm_fp8_block_quant``: both given (FlashInfer's
-    signature writes them in place), ``block_scale`` of FlashInfer's shape (a buffer of the
-    right size but another shape, such as the logical ``[M, H/128]``, would be read in
-    another layout than the one written) and E4M3 codes (an E5M2 ``out`` is refused)."""
+def fp8_block_quant(
+    quant: Any, out: Any, block_scale: Any, normed_out: Any, input: Any, residual: Any,
+    weight: Any, eps: Any, weight_bias: Any, **more: Any,
+) -> None:
+    """``fused_add_rmsnorm_fp8_block_quant`` (FlashInfer's) through ``quant``, an
+    ``add_rmsnorm_fp8quant`` (the module's or the reference's): E4M3 in groups of 128,
+    f32 scales column-major, ``y_out=normed_out`` and a scale floor of RN32(1e-4 / 448),
+    FlashInfer's amax floor of 1e-4 divided by 448 (the same f32 scale: rounding is
+    monotonic). First FlashInfer's own rules: both outputs given (it writes them in
+    place), ``block_scale`` of its shape (a buffer of the right size but another shape,
+    such as the logical ``[M, H/128]``, would be read in another layout than the one
+    written) and E4M3 codes; errors then name its arguments."""
     for name, a in (("out", out), ("block_scale", block_scale)):
         if a is None:
             raise ArgumentTypeError(
@@ -739,15 +746,17 @@ def fp8_block_quant_outputs(out: Any, block_scale: Any, input: Any) -> None:
             "out must be float8_e4m3fn (or uint8): the 1 x 128 block quantisation writes "
             "E4M3 codes, got float8_e5m2"
         )
+    try:
+        quant(
+            input, residual, weight, out, block_scale, eps, element="e4m3", group=128,
+            scale_format="f32", scale_layout="column-major", s_min=2.2321428616578487e-07,
+            y_out=normed_out, weight_bias=weight_bias, **more,
+        )
+    except (ArgumentError, ArgumentTypeError) as e:
+        import re
 
-
-def fp8_block_quant_error(e: Exception) -> Exception:
-    """An error of the ``add_rmsnorm_fp8quant`` call behind ``fused_add_rmsnorm_fp8_block_quant``
-    with the arguments named as that function names them."""
-    import re
-
-    message = re.sub(r"\bscales_out\b", "block_scale", str(e))
-    return type(e)(re.sub(r"\by_out\b", "normed_out", message))
+        message = re.sub(r"\bscales_out\b", "block_scale", str(e))
+        raise type(e)(re.sub(r"\by_out\b", "normed_out", message)) from None
 
 
 def fp8_group(group: Any) -> int:

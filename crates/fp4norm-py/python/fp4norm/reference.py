@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple, Union
 
 from . import _api
-from ._errors import ArgumentError, ArgumentTypeError
 
 Array = Any
 
@@ -185,15 +184,10 @@ def fused_add_rmsnorm_fp8_block_quant(
 ) -> None:
     """:func:`fp4norm.fused_add_rmsnorm_fp8_block_quant` through the scalar reference (host
     arrays)."""
-    _api.fp8_block_quant_outputs(out, block_scale, input)
-    try:
-        add_rmsnorm_fp8quant(
-            input, residual, weight, out, block_scale, eps, element="e4m3", group=128,
-            scale_format="f32", scale_layout="column-major", s_min=2.2321428616578487e-07,
-            y_out=normed_out, weight_bias=weight_bias,
-        )
-    except (ArgumentError, ArgumentTypeError) as e:
-        raise _api.fp8_block_quant_error(e) from None
+    _api.fp8_block_quant(
+        add_rmsnorm_fp8quant, out, block_scale, normed_out, input, residual, weight, eps,
+        weight_bias,
+    )
 
 
 def add_rmsnorm_fp8quant(
