@@ -359,6 +359,20 @@ fn report(summary: &str, failures: &[String]) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// How many ranks one per GPU this machine runs (its GPUs, up to 8), or None after saying
+/// why the test skips: fewer than two GPUs, or no NCCL.
+fn ranks_one_per_gpu(test: &str) -> Option<usize> {
+    let n = fp4norm::cuda::device_count().min(8);
+    if n < 2 {
+        gpu_common::skipped_because(
+            &format!("{n} CUDA device: ranks one per GPU need 2 or more"),
+            test,
+        );
+        return None;
+    }
+    require_nccl(test).then_some(n)
+}
+
 /// One thread per GPU (up to 8), each a real NCCL rank on its own device: every rank's
 /// bytes under every transport equal the reference over all ranks' inputs.
 #[test]
@@ -366,17 +380,9 @@ fn gpu_nccl_one_thread_per_gpu_every_transport_matches_the_reference() {
     let _gpu = gpu_common::exclusive();
     let test = "gpu_nccl_one_thread_per_gpu_every_transport_matches_the_reference";
     let _g = require_gpu!(test);
-    let n = fp4norm::cuda::device_count().min(8);
-    if n < 2 {
-        gpu_common::skipped_because(
-            &format!("{n} CUDA device: ranks one per GPU need 2 or more"),
-            test,
-        );
+    let Some(n) = ranks_one_per_gpu(test) else {
         return;
-    }
-    if !require_nccl(test) {
-        return;
-    }
+    };
     let _watch = gpu_common::watchdog("the NCCL ranks, one per GPU", 300);
     let id = UniqueId::new().expect("ncclGetUniqueId");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x9cc2);
@@ -410,17 +416,9 @@ fn gpu_nccl_one_process_per_gpu_every_transport_matches_the_reference() {
     }
     let _gpu = gpu_common::exclusive();
     let _g = require_gpu!(test);
-    let n = fp4norm::cuda::device_count().min(8);
-    if n < 2 {
-        gpu_common::skipped_because(
-            &format!("{n} CUDA device: ranks one per GPU need 2 or more"),
-            test,
-        );
+    let Some(n) = ranks_one_per_gpu(test) else {
         return;
-    }
-    if !require_nccl(test) {
-        return;
-    }
+    };
     let id = UniqueId::new().expect("ncclGetUniqueId");
     let hex: String = id.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
     let exe = std::env::current_exe().expect("the test binary");
