@@ -147,6 +147,18 @@ pub(crate) fn pad_ctas() -> Option<bool> {
     )
 }
 
+/// `FP4NORM_FP8_SCALES_KEEP=0|1`: FP8 column-major group scales stored plainly (0) or with
+/// an L2 evict-last hint (1).
+pub(crate) fn fp8_scales_keep() -> Option<bool> {
+    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
+    switch_knob_once(
+        &KNOB,
+        "FP4NORM_FP8_SCALES_KEEP",
+        "column-major FP8 scales stored evict-last in L2",
+        "column-major FP8 scales stored plainly",
+    )
+}
+
 /// `FP4NORM_L2_PREFETCH_ROWS=N`: the L2 prefetch fetches the row N ahead (the GPU tests: 1).
 pub(crate) fn l2_prefetch_rows() -> Option<u32> {
     static KNOB: OnceLock<Option<u32>> = OnceLock::new();

@@ -200,6 +200,23 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
             out.push(vary(base(dtype, m, h, element, scaling)));
         }
     }
+    // Column-major group scales of many rows (stored evict-last in L2): the layout's
+    // padding rows among the last four (M not a multiple of 4), rows of one CTA of several
+    // warps, of a cluster (H = 8192, 16384), several rows per CTA (H = 1024), f32 and UE8M0.
+    for (j, (m, h, k)) in [
+        (301usize, 8192usize, 5usize),
+        (1027, 4096, 15),
+        (134, 1024, 11),
+        (502, 16384, 7),
+        (300, 2048, 13),
+        (1000, 1024, 9),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dtype = if j % 2 == 1 { DType::F16 } else { DType::BF16 };
+        out.push(vary(base(dtype, m, h, Fp8Element::E4M3, s[k])));
+    }
     // Special per-tensor scales: 0 (inv = +Inf) and a NaN scale, by value and from memory.
     for (scale, in_memory) in [(0.0f32, true), (f32::NAN, false), (1e-30, true)] {
         let mut c = base(

@@ -2,8 +2,8 @@
 //! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
 use super::launch_table::{
-    demote_distance, launch_shape, pad_ctas_wanted, pad_spread_wanted, shape_fits,
-    swizzle_demote_tiles, swizzle_keep_wanted, swizzle_split_wanted,
+    column_scales_keep_wanted, demote_distance, launch_shape, pad_ctas_wanted, pad_spread_wanted,
+    shape_fits, swizzle_demote_tiles, swizzle_keep_wanted, swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -60,6 +60,9 @@ pub struct Fp8Spec {
     /// Column-major scales `[H/G, Mp4]` (the `row_major` flag is the row-major layout;
     /// `swizzled` MXFP8's 128×4).
     pub column_major: bool,
+    /// Column-major group scales stored with an L2 evict-last policy (`FP8_COL_KEEP`;
+    /// `column_scales_keep_wanted`). Defined only when set, so other cubins are unchanged.
+    pub keep_scales: bool,
 }
 
 /// One specialisation: everything that is a compile-time constant of the kernel.
@@ -234,6 +237,12 @@ impl KernelConfig {
         }
         let layout = p.layout();
         let swizzled = layout == Some(Fp8ScaleLayout::Swizzled);
+        let column_major = layout == Some(Fp8ScaleLayout::ColumnMajor);
+        let scale_bytes = p.scales_len() as u64
+            * match p.scale_format() {
+                Some(Fp8ScaleFormat::F32 { .. }) => 4,
+                _ => 1,
+            };
         let mut cfg = KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,
@@ -271,7 +280,11 @@ impl KernelConfig {
                     Some(Fp8ScaleFormat::UE8M0) => Fp8KernelScaling::UE8M0,
                 },
                 per_token,
-                column_major: layout == Some(Fp8ScaleLayout::ColumnMajor),
+                column_major,
+                keep_scales: column_major
+                    && aligned
+                    && !per_token
+                    && column_scales_keep_wanted(scale_bytes, limits),
             }),
             ar_ranks: 0,
             ar_peer: false,
@@ -449,7 +462,11 @@ impl KernelConfig {
                 },
                 b(f.per_token),
                 b(f.column_major),
-            ) + &if self.h % 8 != 0 {
+            ) + if f.keep_scales {
+                "#define FP8_COL_KEEP 1\n"
+            } else {
+                ""
+            } + &if self.h % 8 != 0 {
                 format!("#define FP8_TAIL {}\n", self.h % 8)
             } else {
                 String::new()
@@ -534,11 +551,12 @@ impl KernelConfig {
         ) + &match self.fp8 {
             None => String::new(),
             Some(f) => format!(
-                " fp8={} {:?} per_token={} col_major={}",
+                " fp8={} {:?} per_token={} col_major={}{}",
                 if f.e5m2 { "e5m2" } else { "e4m3" },
                 f.scaling,
                 f.per_token,
-                f.column_major
+                f.column_major,
+                if f.keep_scales { " keep_scales" } else { "" }
             ),
         } + &if self.ar_ranks > 0 {
             format!(" ar_ranks={}", self.ar_ranks)
@@ -660,6 +678,56 @@ mod tests {
         assert!(!fp4(133, 4096).pad_ctas);
         assert!(!fp4(4096, 4096).pad_ctas);
         assert!(fp8_config(16, 4096, &crate::fp8::Fp8Options::mxfp8()).pad_ctas);
+    }
+
+    #[test]
+    fn column_major_group_scales_kept_in_l2_up_to_a_quarter_of_it() {
+        if std::env::var_os("FP4NORM_FP8_SCALES_KEEP").is_some() {
+            return; // the knob overrides the rule
+        }
+        use crate::fp8::{Fp8Element, Fp8Group, Fp8Options, Fp8ScaleFormat, Fp8ScaleLayout};
+        let groups =
+            |group, format, layout| Fp8Options::dynamic(Fp8Element::E4M3, group, format, layout);
+        let f32_col = |group| {
+            groups(
+                group,
+                Fp8ScaleFormat::F32_NO_FLOOR,
+                Fp8ScaleLayout::ColumnMajor,
+            )
+        };
+        let kept = |m, h, o: &Fp8Options| {
+            let c = fp8_config(m, h, o);
+            let on = c.fp8.is_some_and(|f| f.keep_scales);
+            assert_eq!(on, c.defines().contains("#define FP8_COL_KEEP 1\n"));
+            on
+        };
+        // The H200's 60 MiB of L2: up to 15 MiB of scales.
+        assert!(kept(4096, 8192, &f32_col(Fp8Group::G32))); // 4 MiB
+        assert!(kept(16384, 8192, &f32_col(Fp8Group::G64))); // 8 MiB
+        assert!(kept(16384, 16384, &f32_col(Fp8Group::G128))); // 8 MiB
+        assert!(!kept(16384, 8192, &f32_col(Fp8Group::G32))); // 16 MiB
+        assert!(!kept(16384, 16384, &f32_col(Fp8Group::G64))); // 16 MiB
+        let ue8m0_col = groups(
+            Fp8Group::G32,
+            Fp8ScaleFormat::UE8M0,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        assert!(kept(16384, 16384, &ue8m0_col)); // 8 MiB of bytes
+        assert!(kept(1, 4096, &f32_col(Fp8Group::G128))); // decode rows too
+                                                          // Only column-major group scales.
+        let g32_row = groups(
+            Fp8Group::G32,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::RowMajor,
+        );
+        assert!(!kept(4096, 8192, &g32_row));
+        assert!(!kept(4096, 8192, &Fp8Options::mxfp8()));
+        let token_col = groups(
+            Fp8Group::PerToken,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        assert!(!kept(4096, 8192, &token_col));
     }
 
     #[test]

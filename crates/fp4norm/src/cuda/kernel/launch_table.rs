@@ -215,6 +215,18 @@ pub fn demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
     u32::try_from(wave.div_ceil(128) + 2).unwrap_or(u32::MAX)
 }
 
+/// Whether an FP8 call's column-major group scales (`scale_bytes` of them, padding
+/// included) are stored with an L2 evict-last policy (`FP8_COL_KEEP` in the kernel
+/// source): where they take at most a quarter of the L2. A 32-byte sector of that layout
+/// holds one group of eight consecutive rows, each row's scale a store of its own from
+/// another CTA, so plain stores leave sectors part-filled in L2 while the call's rows
+/// stream through it, as the swizzled FP4 write does ([`swizzle_keep_wanted`]); kept, they
+/// fill first. Larger scales crowd out the L2 prefetch instead. The knob
+/// `FP4NORM_FP8_SCALES_KEEP` overrides the rule.
+pub fn column_scales_keep_wanted(scale_bytes: u64, limits: &DeviceLimits) -> bool {
+    knobs::fp8_scales_keep().unwrap_or(scale_bytes.saturating_mul(4) <= limits.l2_bytes)
+}
+
 /// Whether the zero scales of the swizzled layout's padding rows (the last 128-row tile's
 /// rows past M, in a direct write) are written by every thread of the call's rows in
 /// coalesced 16-byte pieces (`FP4_PAD_SPREAD`), rather than by CTAs of their own, which at
