@@ -238,11 +238,6 @@ impl KernelConfig {
         let layout = p.layout();
         let swizzled = layout == Some(Fp8ScaleLayout::Swizzled);
         let column_major = layout == Some(Fp8ScaleLayout::ColumnMajor);
-        let scale_bytes = p.scales_len() as u64
-            * match p.scale_format() {
-                Some(Fp8ScaleFormat::F32 { .. }) => 4,
-                _ => 1,
-            };
         let mut cfg = KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,
@@ -284,7 +279,7 @@ impl KernelConfig {
                 keep_scales: column_major
                     && aligned
                     && !per_token
-                    && column_scales_keep_wanted(scale_bytes, limits),
+                    && column_scales_keep_wanted(p.scale_bytes_written() as u64, limits),
             }),
             ar_ranks: 0,
             ar_peer: false,
@@ -713,8 +708,8 @@ mod tests {
             Fp8ScaleLayout::ColumnMajor,
         );
         assert!(kept(16384, 16384, &ue8m0_col)); // 8 MiB of bytes
-        assert!(kept(1, 4096, &f32_col(Fp8Group::G128))); // decode rows too
-                                                          // Only column-major group scales.
+                                                 // Decode rows too; only column-major group scales.
+        assert!(kept(1, 4096, &f32_col(Fp8Group::G128)));
         let g32_row = groups(
             Fp8Group::G32,
             Fp8ScaleFormat::F32_NO_FLOOR,
