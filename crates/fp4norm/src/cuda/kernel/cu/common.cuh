@@ -554,6 +554,11 @@ __device__ __forceinline__ void store_u8_keep_in_l2(u8* p, u32 v) {
     asm volatile("st.global.L2::cache_hint.u8 [%0], %1, %2;" :: "l"(p), "r"(v), "l"(l2_evict_last_policy()) : "memory");
 }
 
+// Its 4-byte twin (4-byte aligned `p`): FP8_COL_KEEP's f32 scales.
+__device__ __forceinline__ void store_u32_keep_in_l2(u32* p, u32 v) {
+    asm volatile("st.global.L2::cache_hint.u32 [%0], %1, %2;" :: "l"(p), "r"(v), "l"(l2_evict_last_policy()) : "memory");
+}
+
 #if __CUDA_ARCH__ >= 900
 // Fetches `bytes` (a multiple of 16) from the 16-byte aligned `src` into L2 (sm_90+).
 __device__ __forceinline__ void prefetch_l2(const void* src, u32 bytes) {

@@ -618,8 +618,7 @@ __device__ __forceinline__ void store_group_scale(const Fp4NormParams& p, i64 ro
 #if defined(FP8_COL_KEEP) && FP8_SCALING == 1
     // Kept in L2 until the eight rows of its sector are in (launch_table.rs,
     // column_scales_keep_wanted).
-    asm volatile("st.global.L2::cache_hint.u32 [%0], %1, %2;"
-                 :: "l"(reinterpret_cast<u32*>(p.sf_row_major) + at), "r"(written), "l"(l2_evict_last_policy()) : "memory");
+    store_u32_keep_in_l2(reinterpret_cast<u32*>(p.sf_row_major) + at, written);
 #elif defined(FP8_COL_KEEP)
     store_u8_keep_in_l2(p.sf_row_major + at, written);
 #elif FP8_SCALING == 1
