@@ -111,6 +111,12 @@ pub struct CodecSelfCheck {
     pub fp8_encode_mismatches: u64,
     /// The lowest such input.
     pub fp8_encode_first: Option<u32>,
+    /// Group maxima (every f32 from +0 up, and NaN) whose FP8 UE8M0 scale code, computed
+    /// without a division, differs from the literal `RN32(amax / D)` rounded up to a power
+    /// of two, for D = 448 (E4M3) or 57344 (E5M2).
+    pub fp8_ue8m0_code_mismatches: u64,
+    /// The lowest such input.
+    pub fp8_ue8m0_code_first: Option<u32>,
 }
 
 impl CodecSelfCheck {
@@ -122,6 +128,7 @@ impl CodecSelfCheck {
             && self.e4m3_decode_mismatches == 0
             && self.ue8m0_code_mismatches == 0
             && self.fp8_encode_mismatches == 0
+            && self.fp8_ue8m0_code_mismatches == 0
     }
 }
 
@@ -697,9 +704,9 @@ impl Gpu {
     }
 
     /// Runs the fused kernel's fast codec paths (the FPU-rounding E2M1 encoder, the
-    /// hardware E4M3 conversions, and the block scales' division by 6 and UE8M0 code
-    /// without division routines) against the literal SPEC.md encoders on every f32 input
-    /// and every E4M3 code, on this device; synchronises `stream`. A check for tests and
+    /// hardware E4M3 conversions, the block scales' division by 6 and UE8M0 code, and the
+    /// FP8 groups' UE8M0 code, without division routines) against the literal SPEC.md
+    /// encoders on every f32 input and every E4M3 code, on this device; synchronises `stream`. A check for tests and
     /// `fp4norm verify`, not for inference: well under a second on an H200, the kernel's
     /// load or compilation included.
     pub fn codec_self_check(&self, stream: &Arc<CudaStream>) -> Result<CodecSelfCheck, Error> {
@@ -718,6 +725,8 @@ impl Gpu {
             ue8m0_code_first: first(r[8]),
             fp8_encode_mismatches: r[9] as u64,
             fp8_encode_first: first(r[10]),
+            fp8_ue8m0_code_mismatches: r[11] as u64,
+            fp8_ue8m0_code_first: first(r[12]),
         })
     }
 

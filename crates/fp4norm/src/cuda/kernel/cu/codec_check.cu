@@ -13,8 +13,10 @@
 // what a block maximum can be), [8] lowest mismatching input, [9] FP8 element encode
 // mismatches (the hardware E4M3 and E5M2 pair conversions with their NaN fix-up,
 // fp8x2_encode<_, true>, against the literal encoders, every input in both halves of the
-// pair), [10] lowest mismatching input. The host zeroes [0], [2], [4], [6], [7], [9] and
-// sets [1], [3], [5], [8], [10] to ~0.
+// pair), [10] lowest mismatching input, [11] FP8 UE8M0 group-scale code mismatches
+// (ue8m0_code_of_quotient against ue8m0_ceil_code(__fdiv_rn(x, D)), D = 448 and 57344, on
+// every x >= +0 and NaN), [12] lowest mismatching input. The host zeroes [0], [2], [4],
+// [6], [7], [9], [11] and sets [1], [3], [5], [8], [10], [12] to ~0.
 
 #include "common.cuh"
 
@@ -64,6 +66,13 @@ extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* resul
             if (((bits >> 31) == 0 || v != v) && ue8m0_code_of_amax(v) != ue8m0_ceil_code(__fdiv_rn(v, 6.0f))) {
                 atomicAdd(&result[7], 1u);
                 atomicMin(&result[8], bits);
+            }
+            // FP8 UE8M0 group scales: the code of a group maximum by 448 and by 57344.
+            if (((bits >> 31) == 0 || v != v)
+                && (ue8m0_code_of_quotient<8, 0x600000u>(v) != ue8m0_ceil_code(__fdiv_rn(v, 448.0f))
+                    || ue8m0_code_of_quotient<15, 0x600000u>(v) != ue8m0_ceil_code(__fdiv_rn(v, 57344.0f)))) {
+                atomicAdd(&result[11], 1u);
+                atomicMin(&result[12], bits);
             }
             // FP8 elements, each input as the low and as the high value of a pair (the
             // other one a fixed neighbour), both formats.

@@ -384,23 +384,29 @@ __device__ __forceinline__ float ue8m0_inverse(u32 code) {
     return __uint_as_float((254u - code) << 23);
 }
 
-// The UE8M0 code of a block, ue8m0_ceil_code(RN32(amax / 6)), without the division: for
-// amax = M 2^E (M in [1, 2)), amax / 6 = (M / 1.5) 2^(E - 2). With M > 1.5 it lies strictly
-// between 2^(E - 2) and 2^(E - 1) (rounding cannot reach 2^(E - 1)); with M = 1.5 it is
-// 2^(E - 2); with M < 1.5 it lies in [2^(E - 3), 2^(E - 2)) (rounding cannot reach 2^(E - 2)).
-// So the smallest e with 2^e >= RN32(amax / 6) is E - 2 + [M > 1.5], and the code is that
-// plus 127, clamped at 0. One exception: in the subnormal range the quotient of
-// M = 1.5 + 2^-23 at E = -125 rounds down to 2^-127 (code 0), hence the threshold one
-// higher there. amax is +0 or more, or NaN (a maximum of absolute values). Checked against
-// ue8m0_ceil_code(__fdiv_rn(amax, 6)) on every such f32 by the codec self-check kernel
-// (codec_check.cu).
-__device__ __forceinline__ u32 ue8m0_code_of_amax(float amax) {
+// ue8m0_ceil_code(RN32(amax / D)) without the division, for a divisor
+// D = (1 + T 2^-23) 2^K whose mantissa keeps every quotient off the powers of two it does
+// not equal: for amax = M 2^E (M in [1, 2)), amax / D = (M / D') 2^(E - K) with D' = D 2^-K.
+// With M > D' it lies strictly between 2^(E - K) and 2^(E - K + 1) (rounding cannot reach
+// 2^(E - K)); with M = D' it is 2^(E - K); with M < D' it lies in [2^(E - K - 1), 2^(E - K))
+// (rounding cannot reach 2^(E - K)). So the smallest e with 2^e >= RN32(amax / D) is
+// E - K + [M > D'], and the code is that plus 127, clamped at 0. One exception: in the
+// subnormal range the quotient of M = D' + 2^-23 at E = K - 127 rounds down to 2^-127
+// (code 0), hence the threshold one higher there. amax is +0 or more, or NaN (a maximum of
+// absolute values). The FP4 blocks divide by 6 (K = 2, T = 2^22); FP8 groups by 448 (8,
+// 3 2^21) or 57344 (15, 3 2^21). Checked against ue8m0_ceil_code(__fdiv_rn(amax, D)) on
+// every such f32 by the codec self-check kernel (codec_check.cu).
+template <u32 K, u32 T>
+__device__ __forceinline__ u32 ue8m0_code_of_quotient(float amax) {
     const u32 b = __float_as_uint(amax) & 0x7FFFFFFFu;
     if (b >= 0x7F800000u) return b == 0x7F800000u ? 254u : 255u;
     const u32 e = b >> 23;
-    const int c = (int)e - 2 + (int)((b & 0x7FFFFFu) > 0x400000u + (e == 2u ? 1u : 0u));
+    const int c = (int)e - (int)K + (int)((b & 0x7FFFFFu) > T + (e == K ? 1u : 0u));
     return (u32)max(c, 0);
 }
+
+// The UE8M0 code of an FP4 block, ue8m0_ceil_code(RN32(amax / 6)).
+__device__ __forceinline__ u32 ue8m0_code_of_amax(float amax) { return ue8m0_code_of_quotient<2, 0x400000u>(amax); }
 
 // E4M3(RN32(x / 6)) without the division routine (FCHK, a branch to a slow path): with
 // c = RN32(1/6), q = RN32(a c) is within an ulp of a / 6 and r = a - 6 q is exact, so

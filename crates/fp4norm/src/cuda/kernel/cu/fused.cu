@@ -603,7 +603,10 @@ __device__ __forceinline__ void fp8_group_scale(const Fp4NormParams& p, float am
     inv = (s == 0.0f) ? 0.0f : __fdiv_rn(1.0f, s);
     written = (s != s) ? 0x7FFFFFFFu : __float_as_uint(s);
 #else
-    written = ue8m0_ceil_code(__fdiv_rn(amax, FP8_MAX));
+    // The UE8M0 code from amax's bits (FP8_MAX = 1.75 2^8 or 1.75 2^15), no division
+    // routine on the path to the codes; the literal codecs divide.
+    written = FP8_FAST ? ue8m0_code_of_quotient<FP8_E5M2 ? 15 : 8, 0x600000u>(amax)
+                       : ue8m0_ceil_code(__fdiv_rn(amax, FP8_MAX));
     inv = ue8m0_inverse(written);
 #endif
 }
