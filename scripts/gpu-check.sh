@@ -172,6 +172,10 @@ if has exactpath; then
   start=$(date +%s)
   FP4NORM_FORCE_EXACT_SUMSQ=1 FP4NORM_CACHE_DIR=/tmp/kcache-exact "$bin/gpu" --test-threads=4 gpu_edge_cases gpu_sweep 2>&1 | tee "$out/exactpath.log" | grep -E "^FAIL|test result|panicked" | head -20
   summary+=("exact-sum path forced: $(grep 'test result' "$out/exactpath.log" | tail -1) ($(( $(date +%s) - start ))s)")
+  # The FP8 suite's pass 2 (group and per-token scales, kept column-major scales) redone too.
+  start=$(date +%s)
+  FP4NORM_FORCE_EXACT_SUMSQ=1 FP4NORM_CACHE_DIR=/tmp/kcache-exact "$bin/gpu_fp8" --test-threads=2 2>&1 | tee "$out/exactpath-fp8.log" | grep -E "^FAIL|test result|panicked" | head -20
+  summary+=("exact-sum path forced, FP8: $(grep 'test result' "$out/exactpath-fp8.log" | tail -1) ($(( $(date +%s) - start ))s)")
 fi
 
 if [[ " $modes " == *" nanexp "* ]]; then
@@ -321,6 +325,12 @@ if has sanitize; then
     rc=$?
     tail -3 "$out/sanitize-$tool.log"
     summary+=("sanitizer $tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)")
+    # The FP8 sweep (its cases are few and small): every FP8 kernel path.
+    echo "== compute-sanitizer $tool (FP8 sweep)"
+    timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu_fp8" --test-threads=1 gpu_fp8_sweep > "$out/sanitize-fp8-$tool.log" 2>&1
+    rc=$?
+    tail -3 "$out/sanitize-fp8-$tool.log"
+    summary+=("sanitizer $tool, FP8 sweep: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-fp8-$tool.log" | tail -1)")
   done
 fi
 
