@@ -314,24 +314,28 @@ if [[ " $modes " == *" report "* ]]; then
 fi
 
 if has sanitize; then
+  # One compute-sanitizer run: the tool, a label (the log's name), then the test binary and
+  # its test name filters.
+  sanitize_run() {
+    local tool=$1 label=$2; shift 2
+    echo "== compute-sanitizer $tool ($label)"
+    timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" > "$out/sanitize-$label-$tool.log" 2>&1
+    local rc=$?
+    tail -3 "$out/sanitize-$label-$tool.log"
+    summary+=("sanitizer $tool, $label: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$label-$tool.log" | tail -1)")
+  }
+  # SANITIZE_SWEEP=full: the whole sweep (bf16, f16, edge cases) and the graph test.
+  sweep=${SANITIZE_SWEEP:-small}
+  tests="gpu_sweep_bf16 gpu_graph"
+  if [ "$sweep" = full ]; then tests="gpu_sweep gpu_edge_cases gpu_graph"; fi
+  tests=${SANITIZE_TESTS:-$tests}   # test name filters, e.g. "gpu_sweep_bf16 gpu_edge_cases"
+  export FP4NORM_GPU_SWEEP=$sweep
   for tool in memcheck racecheck synccheck; do
-    # SANITIZE_SWEEP=full: the whole sweep (bf16, f16, edge cases) and the graph test.
-    sweep=${SANITIZE_SWEEP:-small}
-    tests="gpu_sweep_bf16 gpu_graph"
-    if [ "$sweep" = full ]; then tests="gpu_sweep gpu_edge_cases gpu_graph"; fi
-    tests=${SANITIZE_TESTS:-$tests}   # test name filters, e.g. "gpu_sweep_bf16 gpu_edge_cases"
-    echo "== compute-sanitizer $tool ($sweep sweep: $tests)"
-    FP4NORM_GPU_SWEEP=$sweep timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu" --test-threads=1 $tests > "$out/sanitize-$tool.log" 2>&1
-    rc=$?
-    tail -3 "$out/sanitize-$tool.log"
-    summary+=("sanitizer $tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)")
+    sanitize_run $tool "fp4-$sweep" "$bin/gpu" --test-threads=1 $tests
     # The FP8 sweep (its cases are few and small): every FP8 kernel path.
-    echo "== compute-sanitizer $tool (FP8 sweep)"
-    timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu_fp8" --test-threads=1 gpu_fp8_sweep > "$out/sanitize-fp8-$tool.log" 2>&1
-    rc=$?
-    tail -3 "$out/sanitize-fp8-$tool.log"
-    summary+=("sanitizer $tool, FP8 sweep: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-fp8-$tool.log" | tail -1)")
+    sanitize_run $tool fp8 "$bin/gpu_fp8" --test-threads=1 gpu_fp8_sweep
   done
+  unset FP4NORM_GPU_SWEEP
 fi
 
 if has bench; then
