@@ -1017,10 +1017,9 @@ fn gpu_huge_tensor_spot_rows() {
 
 /// The fused kernel's fast codec paths (FPU-rounding E2M1 encoder, hardware E4M3
 /// conversions, the block scale's division-free E4M3 division by 6 and UE8M0 code, the FP8
-/// groups' division-free UE8M0 code) equal the literal SPEC.md
-/// encoders on all 2^32 f32 inputs and all 256 E4M3 codes, on this
-/// device. The sweep checks the kernel against the CPU on drawn data;
-/// this covers every input the encoders can see.
+/// groups' division-free UE8M0 code) equal the literal SPEC.md encoders on all 2^32 f32
+/// inputs and all 256 E4M3 codes, on this device. The sweep checks the kernel against the
+/// CPU on drawn data; this covers every input the encoders can see.
 #[test]
 fn gpu_codec_fast_paths_match_the_literal_encoders_on_every_input() {
     let g = require_gpu!("gpu_codec_fast_paths_match_the_literal_encoders_on_every_input");

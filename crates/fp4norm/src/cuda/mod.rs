@@ -706,9 +706,9 @@ impl Gpu {
     /// Runs the fused kernel's fast codec paths (the FPU-rounding E2M1 encoder, the
     /// hardware E4M3 conversions, the block scales' division by 6 and UE8M0 code, and the
     /// FP8 groups' UE8M0 code, without division routines) against the literal SPEC.md
-    /// encoders on every f32 input and every E4M3 code, on this device; synchronises `stream`. A check for tests and
-    /// `fp4norm verify`, not for inference: well under a second on an H200, the kernel's
-    /// load or compilation included.
+    /// encoders on every f32 input and every E4M3 code, on this device; synchronises
+    /// `stream`. A check for tests and `fp4norm verify`, not for inference: well under a
+    /// second on an H200, the kernel's load or compilation included.
     pub fn codec_self_check(&self, stream: &Arc<CudaStream>) -> Result<CodecSelfCheck, Error> {
         self.check_stream(stream)?;
         let r = raw::run_codec_check(self, stream)?;
