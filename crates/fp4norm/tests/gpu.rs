@@ -749,7 +749,7 @@ fn gpu_many_threads_many_specialisations() {
         .filter(|c| c.m > 0)
         .flat_map(|c| {
             let cfg = internal::config(&g, &c.problem(c.dtype), c.gs_mode(), c.aligned());
-            [Some(cfg), cfg.swizzle_pass()]
+            [Some(cfg), cfg.second_pass()]
         })
         .flatten()
         .map(|cfg| cfg.describe())

@@ -195,7 +195,7 @@ fn padded<T: Element>(c: &Fp8Case, v: &[T]) -> Vec<T> {
 impl<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits> DevCase<T> {
     fn upload(stream: &Arc<CudaStream>, c: &Fp8Case, hc: &Host<T>, x: &[T]) -> Self {
         let off = c.misaligned as usize;
-        let s_off = off * c.problem().scale_element_bytes();
+        let s_off = c.scale_offset() * c.problem().scale_element_bytes();
         DevCase {
             x: upload(stream, &padded(c, x)),
             r: upload(stream, &padded(c, &hc.r)),
@@ -218,7 +218,7 @@ impl<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits> 
         let p = c.problem();
         let (m, h) = (c.m, c.h);
         let off = c.misaligned as usize;
-        let s_off = off * p.scale_element_bytes();
+        let s_off = c.scale_offset() * p.scale_element_bytes();
         let (in_memory, options) = call_options(c);
         let e = T::DTYPE.size() as u64;
         let ptr = |s: &CudaSlice<T>| s.device_ptr(stream).0 + off as u64 * e;
@@ -255,7 +255,7 @@ impl<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits> 
         let p = c.problem();
         let h = c.h;
         let off = c.misaligned as usize;
-        let s_off = off * p.scale_element_bytes();
+        let s_off = c.scale_offset() * p.scale_element_bytes();
         let got_q: Vec<u8> = stream.clone_dtoh(&self.q).unwrap();
         first_diff("q", &got_q[off..off + hc.q.len()], &hc.q, h)?;
         if got_q[off + hc.q.len()..].iter().any(|&b| b != POISON) {
@@ -394,6 +394,29 @@ fn gpu_fp8_sweep_matches_the_reference() {
     let cases = fp8_cases();
     let failures = run_cases(g, &cases, 0xf8);
     report("FP8 sweep", cases.len(), &failures);
+}
+
+/// Column-major f32 scales of calls the launch table writes in two kernels (staged by 8-row
+/// tiles, then `fp8_column_scales`): byte for byte, padding and the rows of a last partial
+/// tile included, over a poisoned scale buffer. Each case must take the split (unless
+/// `FP4NORM_FP8_SCALES_SPLIT=0` turns it off), so that this tests what it names.
+#[test]
+fn gpu_fp8_split_column_scales_match_the_reference() {
+    let _gpu = gpu_common::shared();
+    let g = require_gpu!("gpu_fp8_split_column_scales_match_the_reference");
+    let cases = sweep::fp8::split_column_scale_cases();
+    if std::env::var("FP4NORM_FP8_SCALES_SPLIT").as_deref() != Ok("0") {
+        for c in &cases {
+            let cfg = internal::fp8_config(g, &c.problem(), c.scale_in_memory, !c.misaligned);
+            assert!(
+                cfg.fp8.is_some_and(|f| f.split_scales) && cfg.second_pass().is_some(),
+                "{c:?} does not take the split write: {}",
+                cfg.describe()
+            );
+        }
+    }
+    let failures = run_cases(g, &cases, 0xc01);
+    report("FP8 split column-major scales", cases.len(), &failures);
 }
 
 /// The FP8 op behind the fused all-reduce (SPEC.md §9 then §8), 2 to 8 ranks simulated by
@@ -655,6 +678,7 @@ fn gpu_fp8_per_token_amax_where_the_largest_h_w_is_not_the_largest_y() {
                     y_out: vi == 0,
                     scale_in_memory: false,
                     misaligned: false,
+                    scales_misaligned: false,
                     special: false,
                 };
                 let c = case(*base);
@@ -937,4 +961,107 @@ fn gpu_fp8_graph_replay_reads_the_static_scale() {
         );
     }
     eprintln!("FP8 graph replay: 3 static scales, bytes identical to the CPU");
+}
+
+/// The split column-major write (two kernels, the second with PDL) captured in a CUDA
+/// graph: each replay, over a poisoned scale buffer and a fresh residual, writes the
+/// reference's scales, codes and residual.
+#[test]
+fn gpu_fp8_split_column_scales_in_a_graph() {
+    let _gpu = gpu_common::shared();
+    let g = require_gpu!("gpu_fp8_split_column_scales_in_a_graph");
+    let (m, h) = (4100usize, 8192usize);
+    let opts = fp8::Fp8Options::dynamic(
+        fp8::Fp8Element::E4M3,
+        fp8::Fp8Group::G32,
+        Fp8ScaleFormat::F32_NO_FLOOR,
+        fp8::Fp8ScaleLayout::ColumnMajor,
+    );
+    let p = fp8::Fp8Problem::new(m, h, DType::BF16, &opts).unwrap();
+    let cfg = internal::fp8_config(g, &p, false, true);
+    if std::env::var("FP4NORM_FP8_SCALES_SPLIT").as_deref() != Ok("0") {
+        assert!(cfg.second_pass().is_some(), "{}", cfg.describe());
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0x5c1);
+    let gen = |rng: &mut rand::rngs::StdRng, n: usize, spread: f32| -> Vec<bf16> {
+        (0..n)
+            .map(|i| {
+                bf16::from_f32(rng.random_range(-3.0f32..3.0) * (1.0 + (i / h) as f32 * spread))
+            })
+            .collect()
+    };
+    let x = gen(&mut rng, m * h, 0.01);
+    let w = gen(&mut rng, h, 0.0);
+    let stream = g.context().new_stream().unwrap();
+    let x_d = stream.clone_htod(&x).unwrap();
+    let mut r_d = stream.clone_htod(&vec![bf16::ZERO; m * h]).unwrap();
+    let w_d = stream.clone_htod(&w).unwrap();
+    let q_d = stream.clone_htod(&vec![POISON; p.q_len()]).unwrap();
+    let mut sf_d = stream
+        .clone_htod(&vec![POISON; p.scales_len() * 4])
+        .unwrap();
+    let dp = |s: &CudaSlice<bf16>| s.device_ptr(&stream).0;
+    let mat = |ptr| RawMat {
+        ptr,
+        rows: m,
+        cols: h,
+        row_stride: h,
+        len: Some(m * h),
+    };
+    let call = RawFp8Call {
+        dtype: DType::BF16,
+        x: mat(dp(&x_d)),
+        residual: Some(mat(dp(&r_d))),
+        weight: RawBuf::new(dp(&w_d), h),
+        q: RawBuf::new(q_d.device_ptr(&stream).0, p.q_len()),
+        scales: Some(RawBuf::new(sf_d.device_ptr(&stream).0, p.scales_len())),
+        static_scale: None,
+        y_out: None,
+        options: opts,
+    };
+    stream.synchronize().unwrap();
+    g.prepare_fp8(&p, false, true).unwrap();
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    // SAFETY: live allocations of this device, extents as given.
+    unsafe { g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default()) }.unwrap();
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph");
+    for replay in 0..2 {
+        let r = gen(&mut rng, m * h, 0.03);
+        stream.memcpy_htod(&r, &mut r_d).unwrap();
+        stream
+            .memcpy_htod(&vec![POISON; p.scales_len() * 4], &mut sf_d)
+            .unwrap();
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        let mut r_ref = r.clone();
+        let mut q = vec![0u8; p.q_len()];
+        let mut sf = vec![0f32; p.scales_len()];
+        fp8::cpu::add_rmsnorm_fp8quant(
+            MatRef::new(&x, m, h).unwrap(),
+            MatMut::new(&mut r_ref, m, h).unwrap(),
+            &w,
+            Fp8Out {
+                q: &mut q,
+                scales: Fp8Scales::F32(&mut sf),
+                y_out: None,
+            },
+            &opts,
+        )
+        .unwrap();
+        let want_sf: Vec<u8> = sf.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let got_sf: Vec<u8> = stream.clone_dtoh(&sf_d).unwrap();
+        let mp4 = p.scale_rows();
+        first_diff("scales (bytes)", &got_sf, &want_sf, mp4 * 4)
+            .unwrap_or_else(|e| panic!("graph replay {replay}: {e}"));
+        let got_q: Vec<u8> = stream.clone_dtoh(&q_d).unwrap();
+        let got_r: Vec<bf16> = stream.clone_dtoh(&r_d).unwrap();
+        assert!(got_q == q, "graph replay {replay}: codes differ");
+        assert!(got_r == r_ref, "graph replay {replay}: residual differs");
+    }
+    eprintln!("FP8 split column-major scales in a graph: 2 replays, bytes identical to the CPU");
 }

@@ -16,7 +16,7 @@ mod sweep;
 use std::collections::BTreeSet;
 use std::io::Write;
 
-use fp4norm::cuda::internal::{self, KernelConfig, KernelKind};
+use fp4norm::cuda::internal::{self, Fp8KernelScaling, Fp8Spec, KernelConfig, KernelKind};
 use fp4norm::cuda::DeviceLimits;
 use rayon::prelude::*;
 
@@ -70,7 +70,7 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             ..cfg
         };
         for c in [cfg, split, keep] {
-            for k in [Some(c), c.swizzle_pass()].into_iter().flatten() {
+            for k in [Some(c), c.second_pass()].into_iter().flatten() {
                 if seen.insert(k.describe()) {
                     out.push(k);
                 }
@@ -114,7 +114,7 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
     for (c, shape) in sweep::many_row_shape_cases(&PLAN) {
         let mut cfg = planned(&c.problem(c.dtype), c.gs_mode(), c.aligned(), hw_e2m1, true);
         assert!(cfg.try_launch_shape(shape, &PLAN), "{c:?}: {shape:?}");
-        for k in [Some(cfg), cfg.swizzle_pass()].into_iter().flatten() {
+        for k in [Some(cfg), cfg.second_pass()].into_iter().flatten() {
             if seen.insert(k.describe()) {
                 out.push(k);
             }
@@ -142,7 +142,7 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
     for (c, shape) in sweep::tune_candidate_cases(&PLAN) {
         let mut cfg = planned(&c.problem(c.dtype), c.gs_mode(), c.aligned(), hw_e2m1, true);
         assert!(cfg.try_launch_shape(shape, &PLAN), "{c:?}: {shape:?}");
-        for k in [Some(cfg), cfg.swizzle_pass()].into_iter().flatten() {
+        for k in [Some(cfg), cfg.second_pass()].into_iter().flatten() {
             if seen.insert(k.describe()) {
                 out.push(k);
             }
@@ -155,16 +155,19 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
         cfg.literal_codecs = true;
         cfg.hw_e2m1 = false;
         cfg.hw_canonical_nan = false;
-        for k in [Some(cfg), cfg.swizzle_pass()].into_iter().flatten() {
+        for k in [Some(cfg), cfg.second_pass()].into_iter().flatten() {
             if seen.insert(k.describe()) {
                 out.push(k);
             }
         }
     }
     // The FP8 kernels of the GPU tests (tests/gpu_fp8.rs), their literal-encoder variants
-    // on the cases that test runs on that path, and MXFP8's padding rows zeroed by CTAs of
-    // their own (`FP4NORM_PAD_SPREAD=0`, forced on that suite too).
-    for (i, c) in sweep::fp8::fp8_cases().iter().enumerate() {
+    // on the cases that test runs on that path, MXFP8's padding rows zeroed by CTAs of
+    // their own (`FP4NORM_PAD_SPREAD=0`, forced on that suite too), and the split
+    // column-major write with its pass (`FP4NORM_FP8_SCALES_SPLIT=1`, forced there too).
+    let fp8_cases = sweep::fp8::fp8_cases();
+    let split_cases = sweep::fp8::split_column_scale_cases();
+    for (i, c) in fp8_cases.iter().chain(&split_cases).enumerate() {
         let mut cfg = c.config(&PLAN);
         cfg.hw_canonical_nan = !hw_e2m1;
         let literal = KernelConfig {
@@ -176,11 +179,29 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             pad_spread: false,
             ..cfg
         };
+        let splittable = cfg.fp8.is_some_and(|f| {
+            f.column_major
+                && f.scaling == Fp8KernelScaling::F32
+                && !f.per_token
+                && cfg.aligned
+                && cfg.h % 256 == 0
+                && c.m >= 8
+        });
+        let split = KernelConfig {
+            fp8: cfg.fp8.map(|f| Fp8Spec {
+                split_scales: true,
+                ..f
+            }),
+            ..cfg
+        };
         let with_literal = i % sweep::fp8::LITERAL_EVERY == 0;
         for k in [
             Some(cfg),
+            cfg.second_pass(),
             with_literal.then_some(literal),
             cfg.pad_spread.then_some(own_ctas),
+            splittable.then_some(split),
+            splittable.then(|| split.second_pass()).flatten(),
         ]
         .into_iter()
         .flatten()

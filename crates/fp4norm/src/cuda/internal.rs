@@ -6,7 +6,9 @@
 use super::{Gpu, GsMode};
 use crate::Problem;
 
-pub use super::kernel::{compile, compile_and_report, launch_shape, KernelConfig, KernelKind};
+pub use super::kernel::{
+    compile, compile_and_report, launch_shape, Fp8KernelScaling, Fp8Spec, KernelConfig, KernelKind,
+};
 pub use super::nvrtc::{ensure_loaded, resource_usage, version, Compiled, ResourceUsage};
 
 /// The launch shape `FP4NORM_TUNE_SHAPE=G,R,C` forces, if set (announced on stderr).

@@ -159,6 +159,18 @@ pub(crate) fn fp8_scales_keep() -> Option<bool> {
     )
 }
 
+/// `FP4NORM_FP8_SCALES_SPLIT=0|1`: FP8 column-major f32 group scales written directly (0)
+/// or staged and reordered by a second kernel (1).
+pub(crate) fn fp8_scales_split() -> Option<bool> {
+    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
+    switch_knob_once(
+        &KNOB,
+        "FP4NORM_FP8_SCALES_SPLIT",
+        "column-major FP8 scales split into staged stores and a second kernel",
+        "column-major FP8 scales written directly",
+    )
+}
+
 /// `FP4NORM_L2_PREFETCH_ROWS=N`: the L2 prefetch fetches the row N ahead (the GPU tests: 1).
 pub(crate) fn l2_prefetch_rows() -> Option<u32> {
     static KNOB: OnceLock<Option<u32>> = OnceLock::new();

@@ -480,6 +480,11 @@ impl Gpu {
         measured_shapes: bool,
     ) -> KernelConfig {
         let mut cfg = KernelConfig::fp8(problem, scale_in_memory, aligned, &self.limits);
+        // The split column-major write's second kernel waits for the first in
+        // griddepcontrol.wait: only where PDL overlaps its launch.
+        if let Some(f) = cfg.fp8.as_mut() {
+            f.split_scales &= self.pdl_capable;
+        }
         cfg.hw_canonical_nan = self.hw_canonical_nan;
         if self.literal_codecs() {
             cfg.literal_codecs = true;
@@ -506,6 +511,9 @@ impl Gpu {
         self.conversion_path()?;
         let cfg = self.fp8_config(problem, scale_in_memory, aligned);
         self.kernels.get(&self.ctx, &self.arch, &cfg)?;
+        if let Some(pass) = cfg.second_pass() {
+            self.kernels.get(&self.ctx, &self.arch, &pass)?;
+        }
         Ok(())
     }
 
@@ -520,7 +528,7 @@ impl Gpu {
         self.conversion_path()?;
         let cfg = self.config(problem, gs, aligned);
         self.kernels.get(&self.ctx, &self.arch, &cfg)?;
-        if let Some(pass) = cfg.swizzle_pass() {
+        if let Some(pass) = cfg.second_pass() {
             self.kernels.get(&self.ctx, &self.arch, &pass)?;
         }
         Ok(())

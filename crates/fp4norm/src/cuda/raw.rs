@@ -249,6 +249,14 @@ struct SwizzleParams {
     m: i64,
 }
 
+/// Mirrors `struct Fp8ColumnScalesParams` in kernel/cu/column_scales.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct ColumnScalesParams {
+    sf: u64,
+    m: i64,
+}
+
 /// Mirrors `struct Fp4DequantParams` in kernel/cu/dequant.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -422,7 +430,13 @@ pub(crate) unsafe fn launch_fused(
 /// `cfg` for a call over `ranks`: how many are summed, over peer access or not, and the
 /// peer schedule (the FP4 and FP8 launches alike).
 fn with_ranks(cfg: KernelConfig, ranks: Ranks) -> KernelConfig {
+    // (The all-reduce kernels write column-major scales directly.)
+    let fp8 = cfg.fp8.map(|f| crate::cuda::kernel::Fp8Spec {
+        split_scales: f.split_scales && ranks.count() == 0,
+        ..f
+    });
     KernelConfig {
+        fp8,
         ar_ranks: ranks.count() as u32,
         ar_peer: matches!(ranks, Ranks::Peers(_)),
         ar_two_shot: matches!(ranks, Ranks::Peers(p) if p.strategy == PeerStrategy::TwoShot),
@@ -658,7 +672,7 @@ pub(crate) unsafe fn launch_fused_with_ranks(
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
     // Both kernels of a split swizzled write are loaded before either is launched, so
     // that a failure to build the second cannot leave the first's staging behind.
-    let pass = match cfg.swizzle_pass() {
+    let pass = match cfg.second_pass() {
         Some(pass) => Some((pass, gpu.kernels.get(&gpu.ctx, &gpu.arch, &pass)?)),
         None => None,
     };
@@ -966,6 +980,12 @@ pub(crate) unsafe fn launch_fused_fp8(
     };
     check_signal_words(ranks, fused_grid(rows_total, p.m, &cfg))?;
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
+    // Both kernels of a split column-major write are loaded before either is launched,
+    // so that a failure to build the second cannot leave the first's staging behind.
+    let pass = match cfg.second_pass() {
+        Some(pass) => Some((pass, gpu.kernels.get(&gpu.ctx, &gpu.arch, &pass)?)),
+        None => None,
+    };
     // SAFETY: the parameters' pointers were checked above; the caller guarantees the
     // memory is live.
     unsafe {
@@ -977,6 +997,37 @@ pub(crate) unsafe fn launch_fused_fp8(
             pdl,
             &mut params,
             "launching fp4norm_fused (FP8)",
+        )?
+    };
+    let Some((pass, f)) = pass else {
+        return Ok(());
+    };
+    // One thread per 8-row line of each group (fp8_column_scales): every group of the
+    // tiles of 8 rows.
+    let lines = (p.m / 8) * p.n_groups();
+    let threads = pass.block_threads() as usize;
+    let grid = u32::try_from(lines.div_ceil(threads))
+        .map_err(|_| Error::Unsupported(format!("{} rows exceed the grid limit", p.m)))?;
+    let mut params = ColumnScalesParams {
+        sf: rm,
+        m: p.m as i64,
+    };
+    let mut args = [&mut params as *mut ColumnScalesParams as *mut c_void];
+    // SAFETY: one struct by value, matching fp8_column_scales; its pointer is the call's
+    // column-major scale buffer, checked above. With programmatic dependent launch (the
+    // split is only chosen where the GPU has it): the pass waits for the fused kernel in
+    // griddepcontrol.wait, and its launch overlaps that kernel's tail.
+    unsafe {
+        launch_clustered(
+            gpu,
+            &f,
+            grid,
+            pass.block_threads(),
+            1,
+            gpu.pdl_capable,
+            stream,
+            &mut args,
+            "launching fp8_column_scales",
         )
     }
 }

@@ -30,6 +30,9 @@ pub struct Fp8Case {
     pub scale_in_memory: bool,
     /// Element buffers one element into their allocation (the element-wise kernel).
     pub misaligned: bool,
+    /// The scale buffer one element into its allocation, the others aligned (the vector
+    /// kernels with scales that are not 16-byte aligned).
+    pub scales_misaligned: bool,
     /// Rows 0..4: a zero row, a row with NaN, one with +Inf, one with -Inf; values over
     /// 2^±30 elsewhere.
     pub special: bool,
@@ -48,6 +51,11 @@ impl Fp8Case {
                     p.without_residual()
                 }
             })
+    }
+
+    /// Elements the scale buffer starts into its allocation.
+    pub fn scale_offset(&self) -> usize {
+        (self.misaligned || self.scales_misaligned) as usize
     }
 
     /// The kernel the case runs on a device with `limits`.
@@ -125,6 +133,7 @@ fn base(dtype: DType, m: usize, h: usize, element: Fp8Element, scaling: Fp8Scali
         y_out: false,
         scale_in_memory: true,
         misaligned: false,
+        scales_misaligned: false,
         special: false,
     }
 }
@@ -233,6 +242,54 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
     // M = 0 writes nothing.
     out.push(base(DType::BF16, 0, 1024, Fp8Element::E4M3, s[1]));
     out
+}
+
+/// Column-major f32 group scales of calls the launch table writes in two kernels (staged by
+/// 8-row tiles, then reordered: `column_scales_split_wanted`): groups of 32 and 64, M not a
+/// multiple of 8 (the last rows and the padding written directly), rows of one CTA and of
+/// a cluster, the floor, special rows, a scale buffer that is not 16-byte aligned.
+pub fn split_column_scale_cases() -> Vec<Fp8Case> {
+    let col = |group, format| Fp8Scaling::Dynamic {
+        group,
+        format,
+        layout: Fp8ScaleLayout::ColumnMajor,
+    };
+    let floored = Fp8ScaleFormat::F32 { s_min: VLLM_S_MIN };
+    let mut a = base(
+        DType::BF16,
+        4101,
+        8192,
+        Fp8Element::E4M3,
+        col(Fp8Group::G32, Fp8ScaleFormat::F32_NO_FLOOR),
+    );
+    a.special = true;
+    let mut b = base(
+        DType::F16,
+        4096,
+        8192,
+        Fp8Element::E5M2,
+        col(Fp8Group::G64, floored),
+    );
+    b.y_out = true;
+    b.options.weight_bias = 1.0;
+    let mut c = base(
+        DType::BF16,
+        2058,
+        16384,
+        Fp8Element::E4M3,
+        col(Fp8Group::G32, floored),
+    );
+    c.residual = false;
+    c.scales_misaligned = true;
+    let mut d = base(
+        DType::BF16,
+        1030,
+        32768,
+        Fp8Element::E4M3,
+        col(Fp8Group::G64, Fp8ScaleFormat::F32_NO_FLOOR),
+    );
+    d.scale_in_memory = false;
+    vec![a, b, c, d]
 }
 
 /// The FP8 op behind the fused all-reduce (SPEC.md §9 then §8): 2 to 8 ranks (simulated by

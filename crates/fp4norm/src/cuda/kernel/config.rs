@@ -2,8 +2,9 @@
 //! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
 use super::launch_table::{
-    column_scales_keep_wanted, demote_distance, launch_shape, pad_ctas_wanted, pad_spread_wanted,
-    shape_fits, swizzle_demote_tiles, swizzle_keep_wanted, swizzle_split_wanted,
+    column_scales_keep_wanted, column_scales_split_wanted, demote_distance, launch_shape,
+    pad_ctas_wanted, pad_spread_wanted, shape_fits, swizzle_demote_tiles, swizzle_keep_wanted,
+    swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -23,6 +24,9 @@ pub enum KernelKind {
     /// `fp4norm_swizzle` (`swizzle.cu`): the second kernel of a split swizzled write
     /// ([`KernelConfig::swizzle_split`]); `row_major` says where it reads the codes.
     Swizzle = 4,
+    /// `fp8_column_scales` (`column_scales.cu`): the second kernel of a split column-major
+    /// FP8 scale write ([`Fp8Spec::split_scales`]).
+    ColumnScales = 5,
 }
 
 /// How the global scale reaches the kernel.
@@ -63,6 +67,10 @@ pub struct Fp8Spec {
     /// Column-major group scales stored with an L2 evict-last policy (`FP8_COL_KEEP`;
     /// `column_scales_keep_wanted`). Defined only when set, so other cubins are unchanged.
     pub keep_scales: bool,
+    /// Column-major f32 group scales staged by tiles of 8 rows and put in place by a second
+    /// kernel, [`KernelKind::ColumnScales`] (`FP8_COL_SPLIT`; `column_scales_split_wanted`).
+    /// Defined only when set, so other cubins are unchanged.
+    pub split_scales: bool,
 }
 
 /// One specialisation: everything that is a compile-time constant of the kernel.
@@ -280,6 +288,10 @@ impl KernelConfig {
                     && aligned
                     && !per_token
                     && column_scales_keep_wanted(p.scale_bytes_written() as u64, limits),
+                split_scales: column_major
+                    && aligned
+                    && !per_token
+                    && column_scales_split_wanted(p),
             }),
             ar_ranks: 0,
             ar_peer: false,
@@ -310,15 +322,29 @@ impl KernelConfig {
         fits
     }
 
-    /// The swizzle pass that completes a fused call of this configuration, if it is split.
-    pub fn swizzle_pass(&self) -> Option<KernelConfig> {
-        (self.kind == KernelKind::Fused && self.swizzle_split).then(|| KernelConfig {
-            h: self.h,
-            block: self.block,
-            row_major: self.row_major,
-            swizzled: true,
-            ..KernelConfig::shapeless(KernelKind::Swizzle)
-        })
+    /// The second kernel that completes a fused call of this configuration, if its scale
+    /// write is split: the swizzle pass of FP4 swizzled scales, or the column-scales pass
+    /// of FP8 column-major ones.
+    pub fn second_pass(&self) -> Option<KernelConfig> {
+        if self.kind != KernelKind::Fused {
+            return None;
+        }
+        if self.swizzle_split {
+            return Some(KernelConfig {
+                h: self.h,
+                block: self.block,
+                row_major: self.row_major,
+                swizzled: true,
+                ..KernelConfig::shapeless(KernelKind::Swizzle)
+            });
+        }
+        self.fp8
+            .is_some_and(|f| f.split_scales)
+            .then(|| KernelConfig {
+                h: self.h,
+                block: self.block,
+                ..KernelConfig::shapeless(KernelKind::ColumnScales)
+            })
     }
 
     /// The configuration of a kernel that has no launch shape of its own (the copy
@@ -365,6 +391,7 @@ impl KernelConfig {
             KernelKind::Copy => "fp4norm_copy",
             KernelKind::CodecCheck => "fp4norm_codec_check",
             KernelKind::Swizzle => "fp4norm_swizzle",
+            KernelKind::ColumnScales => "fp8_column_scales",
         }
     }
 
@@ -376,6 +403,7 @@ impl KernelConfig {
             KernelKind::Copy => 512,
             KernelKind::CodecCheck => 256,
             KernelKind::Swizzle => 256,
+            KernelKind::ColumnScales => 256,
         }
     }
 
@@ -459,6 +487,10 @@ impl KernelConfig {
                 b(f.column_major),
             ) + if f.keep_scales {
                 "#define FP8_COL_KEEP 1\n"
+            } else {
+                ""
+            } + if f.split_scales {
+                "#define FP8_COL_SPLIT 1\n"
             } else {
                 ""
             } + &if self.h % 8 != 0 {
@@ -546,12 +578,13 @@ impl KernelConfig {
         ) + &match self.fp8 {
             None => String::new(),
             Some(f) => format!(
-                " fp8={} {:?} per_token={} col_major={}{}",
+                " fp8={} {:?} per_token={} col_major={}{}{}",
                 if f.e5m2 { "e5m2" } else { "e4m3" },
                 f.scaling,
                 f.per_token,
                 f.column_major,
-                if f.keep_scales { " keep_scales" } else { "" }
+                if f.keep_scales { " keep_scales" } else { "" },
+                if f.split_scales { " split_scales" } else { "" }
             ),
         } + &if self.ar_ranks > 0 {
             format!(" ar_ranks={}", self.ar_ranks)

@@ -227,6 +227,32 @@ pub fn column_scales_keep_wanted(scale_bytes: u64, limits: &DeviceLimits) -> boo
     knobs::fp8_scales_keep().unwrap_or(scale_bytes.saturating_mul(4) <= limits.l2_bytes)
 }
 
+/// Whether an FP8 call's column-major f32 group scales are written in two kernels
+/// (`FP8_COL_SPLIT`): the fused kernel stores each row's scales of a warp's groups
+/// (`32 / (G / 8)` of them) as one coalesced run into its 8-row tile, in a staging order,
+/// and `fp8_column_scales` then reorders every tile in place. The direct write is one
+/// 4-byte store per scale, each to a sector of its own (eight rows fill a sector), and
+/// those L2 requests, not the layout's bytes, are what it costs at many rows
+/// (docs/fp8-kernels.md). Wanted for groups of 32 and 64 from 2^25 elements: the second
+/// kernel costs about a microsecond, which below that the fewer requests do not make up
+/// for; groups of 128 store a quarter as many scales as groups of 32 and gain nothing. Needs
+/// whole tiles (H / G a multiple of the tile's groups, at least 8 rows; the last rows of
+/// an M not a multiple of 8 are written directly). The knob `FP4NORM_FP8_SCALES_SPLIT`
+/// overrides the size and group rule (not the layout's needs); the host splits only on
+/// GPUs with programmatic dependent launch.
+pub fn column_scales_split_wanted(p: &crate::fp8::Fp8Problem) -> bool {
+    use crate::fp8::{Fp8ScaleFormat, Fp8ScaleLayout};
+    let Some(g) = p.group() else { return false };
+    let tile_groups = 32 / (g / 8).max(1);
+    let possible = matches!(p.scale_format(), Some(Fp8ScaleFormat::F32 { .. }))
+        && p.layout() == Some(Fp8ScaleLayout::ColumnMajor)
+        && g < p.h
+        && matches!(g, 32 | 64 | 128)
+        && p.h % (g * tile_groups) == 0
+        && p.m >= 8;
+    possible && knobs::fp8_scales_split().unwrap_or(g <= 64 && p.m.saturating_mul(p.h) >= 1 << 25)
+}
+
 /// Whether the zero scales of the swizzled layout's padding rows (the last 128-row tile's
 /// rows past M, in a direct write) are written by every thread of the call's rows in
 /// coalesced 16-byte pieces (`FP4_PAD_SPREAD`), rather than by CTAs of their own, which at
@@ -690,5 +716,47 @@ mod tests {
         assert!(!shape_fits(4096, 16, (512, 1, 1), &small)); // ... and its CTAs
         assert!(shape_fits(4096, 16, (64, 1, 4), &small));
         assert!(shape_fits(4096, 16, (64, 1, 8), &H200));
+    }
+
+    #[test]
+    fn column_scales_split_for_groups_of_32_and_64_from_2_to_the_25_elements() {
+        if std::env::var_os("FP4NORM_FP8_SCALES_SPLIT").is_some() {
+            return; // the knob overrides the rule
+        }
+        use crate::fp8::{
+            Fp8Element, Fp8Group, Fp8Options, Fp8Problem, Fp8ScaleFormat, Fp8ScaleLayout,
+        };
+        let split = |m: usize, h: usize, group, format, layout| {
+            let o = Fp8Options::dynamic(Fp8Element::E4M3, group, format, layout);
+            let p = Fp8Problem::new(m, h, DType::BF16, &o).expect("valid");
+            let wanted = column_scales_split_wanted(&p);
+            // The configuration carries the rule (aligned rows).
+            let cfg = KernelConfig::fp8(&p, false, true, &H200);
+            assert_eq!(cfg.fp8.map(|f| f.split_scales), Some(wanted));
+            assert_eq!(cfg.second_pass().is_some(), wanted);
+            wanted
+        };
+        let (f32s, ue8m0) = (Fp8ScaleFormat::F32_NO_FLOOR, Fp8ScaleFormat::UE8M0);
+        let (col, row) = (Fp8ScaleLayout::ColumnMajor, Fp8ScaleLayout::RowMajor);
+        let floored = Fp8ScaleFormat::F32 { s_min: 1e-6 };
+        assert!(split(4096, 8192, Fp8Group::G32, f32s, col));
+        assert!(split(2048, 16384, Fp8Group::G64, floored, col));
+        assert!(split(16385, 16384, Fp8Group::G32, f32s, col));
+        // Below 2^25 elements the second kernel costs more than it saves.
+        assert!(!split(4095, 8192, Fp8Group::G32, f32s, col));
+        assert!(!split(4096, 4096, Fp8Group::G64, f32s, col));
+        assert!(!split(16, 8192, Fp8Group::G64, f32s, col));
+        // Groups of 128 gain nothing; other layouts and UE8M0 codes have no split.
+        assert!(!split(4096, 8192, Fp8Group::G128, f32s, col));
+        assert!(!split(4096, 8192, Fp8Group::G32, f32s, row));
+        assert!(!split(4096, 8192, Fp8Group::G32, ue8m0, col));
+        assert!(!split(4096, 8192, Fp8Group::PerToken, f32s, col));
+        // Only whole tiles: H / G a multiple of the tile's groups (8 for groups of 32).
+        assert!(!split(8192, 4128, Fp8Group::G32, f32s, col));
+        // The element-wise kernel (unaligned rows) writes directly.
+        let o = Fp8Options::dynamic(Fp8Element::E4M3, Fp8Group::G32, f32s, col);
+        let p = Fp8Problem::new(4096, 8192, DType::BF16, &o).expect("valid");
+        let cfg = KernelConfig::fp8(&p, false, false, &H200);
+        assert_eq!(cfg.fp8.map(|f| f.split_scales), Some(false));
     }
 }

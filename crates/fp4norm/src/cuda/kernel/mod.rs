@@ -10,7 +10,7 @@ mod source;
 
 pub(crate) use cache::fnv1a;
 pub use cache::{compile, compile_and_report, KernelCache};
-pub use config::{GsMode, KernelConfig, KernelKind};
+pub use config::{Fp8KernelScaling, Fp8Spec, GsMode, KernelConfig, KernelKind};
 pub use launch_table::{l2_prefetch_rows, launch_shape, pad_cta_count, shape_fits};
 pub(crate) use source::fingerprint as source_fingerprint;
 

@@ -31,13 +31,14 @@ use crate::Error;
 const HEADER: &str = "common.cuh";
 
 /// The embedded files by name: the header, then each kernel's.
-const EMBEDDED: [(&str, &str); 6] = [
+const EMBEDDED: [(&str, &str); 7] = [
     (HEADER, include_str!("cu/common.cuh")),
     ("fused.cu", include_str!("cu/fused.cu")),
     ("dequant.cu", include_str!("cu/dequant.cu")),
     ("copy.cu", include_str!("cu/copy.cu")),
     ("codec_check.cu", include_str!("cu/codec_check.cu")),
     ("swizzle.cu", include_str!("cu/swizzle.cu")),
+    ("column_scales.cu", include_str!("cu/column_scales.cu")),
 ];
 
 /// The file that holds a kernel.
@@ -48,6 +49,7 @@ fn kernel_file(kind: KernelKind) -> &'static str {
         KernelKind::Copy => "copy.cu",
         KernelKind::CodecCheck => "codec_check.cu",
         KernelKind::Swizzle => "swizzle.cu",
+        KernelKind::ColumnScales => "column_scales.cu",
     }
 }
 
@@ -113,8 +115,8 @@ pub fn fingerprint() -> u64 {
 
 /// The files this process compiles: the embedded ones, with those `FP4NORM_KERNEL_SOURCE`
 /// replaces (read once).
-fn files() -> Result<&'static [(&'static str, &'static str); 6], Error> {
-    static FILES: OnceLock<Result<[(&'static str, &'static str); 6], String>> = OnceLock::new();
+fn files() -> Result<&'static [(&'static str, &'static str); 7], Error> {
+    static FILES: OnceLock<Result<[(&'static str, &'static str); 7], String>> = OnceLock::new();
     FILES
         .get_or_init(|| {
             let mut files = EMBEDDED;

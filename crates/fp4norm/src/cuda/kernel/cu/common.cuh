@@ -13,7 +13,8 @@
 // Configuration macros, every one set for every kernel by the host
 // (KernelConfig::defines, src/cuda/kernel/config.rs):
 //   FP4_KIND         which kernel: 0 fused.cu, 1 dequant.cu, 2 copy.cu, 3 codec_check.cu,
-//                    4 swizzle.cu (each file checks that it is compiled as its own kind)
+//                    4 swizzle.cu, 5 column_scales.cu (each file checks that it is
+//                    compiled as its own kind)
 //   FP4_F16          0: bf16 elements, 1: f16 elements
 //   FP4_H            hidden size (elements per row)
 //   FP4_BLOCK        16 or 32 elements per scale block
@@ -73,6 +74,13 @@
 //                    its amax together, over a cluster by st.async), 0: groups of FP4_BLOCK
 //   FP8_COL_MAJOR    1: scales column-major [H/G, Mp4] (FP4_ROW_MAJOR: row-major [M, H/G];
 //                    FP4_SWIZZLED: MXFP8's 128x4 layout of UE8M0 codes, G = 32)
+//   FP8_COL_KEEP     (defined or not) column-major scales stored with an L2 evict-last
+//                    policy (column_scales_keep_wanted, launch_table.rs)
+//   FP8_COL_SPLIT    (defined or not) column-major f32 scales written by a second kernel
+//                    (column_scales.cu): the fused kernel stores the scales of each
+//                    8-row x COL_TILE_G-group tile in a staging order, each warp's groups of
+//                    a row one coalesced store, and the pass reorders every tile in place
+//                    (column_scales_split_wanted, launch_table.rs)
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -96,6 +104,17 @@ typedef long long i64;
 #define VPB (FP4_BLOCK / 8)              // vectors per scale block
 #define NB (FP4_H / FP4_BLOCK)           // blocks per row
 #define NK4 (((NB + 3) / 4) * 4)         // blocks per row, padded to the swizzle tile
+#define COL_TILE_G (32 / VPB)           // FP8_COL_SPLIT: groups per staging tile (one warp's)
+
+// FP8_COL_SPLIT's staging order inside one tile of 8 rows x COL_TILE_G groups of the
+// column-major f32 scales [H/G, mp4]: the tile's COL_TILE_G lines of 8 scales (32 bytes
+// each) hold its scales row after row, so that the COL_TILE_G scales of one row (a warp's
+// groups) are contiguous. The word of (row r, group j) of the tile, as an offset from the
+// tile's first word: the column_scales.cu pass reads it back from there.
+__device__ __forceinline__ i64 col_staged_offset(int r, int j, i64 mp4) {
+    const int k = r * COL_TILE_G + j;
+    return (i64)(k / 8) * mp4 + k % 8;
+}
 
 // ---------------------------------------------------------------------------
 // Element conversions (raw bits). RNdt: round to nearest even; NaN becomes the

@@ -614,7 +614,15 @@ __device__ __forceinline__ void fp8_group_scale(const Fp4NormParams& p, float am
 // Scale (row, g) at its place in a row-major or column-major layout.
 __device__ __forceinline__ void store_group_scale(const Fp4NormParams& p, i64 row, int g, u32 written) {
 #if FP8_COL_MAJOR
-    const i64 at = (i64)g * ((p.m + 3) & ~3ll) + row;
+    const i64 mp4 = (p.m + 3) & ~3ll;
+    i64 at = (i64)g * mp4 + row;
+#if defined(FP8_COL_SPLIT)
+    // Rows of whole 8-row tiles go to their tile's staging order (column_scales.cu puts
+    // them in place); the last rows of an M not a multiple of 8 are written in place.
+    static_assert(FP8_SCALING == 1 && NB % COL_TILE_G == 0, "FP8_COL_SPLIT: f32 scales, whole tiles");
+    if (row < (p.m & ~7ll))
+        at = (i64)(g - g % COL_TILE_G) * mp4 + (row & ~7ll) + col_staged_offset((int)(row & 7), g % COL_TILE_G, mp4);
+#endif
 #else
     const i64 at = row * NB + g;
 #endif
