@@ -879,6 +879,21 @@ fn huge_rows<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZe
     check_on_gpu(g, stream, c, &with_reference(c, x, r, w))
 }
 
+/// `call` (whose kernels `Gpu::prepare_fp8` has built) captured into a CUDA graph on
+/// `stream`, once the stream's earlier work is done.
+fn captured(g: &Gpu, stream: &Arc<CudaStream>, call: &RawFp8Call) -> cudarc::driver::CudaGraph {
+    stream.synchronize().unwrap();
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    // SAFETY: the caller's live allocations of this device, extents as given.
+    unsafe { g.launch_fp8_raw(stream.cu_stream(), call, &LaunchOptions::default()) }.unwrap();
+    stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph")
+}
+
 /// A per-tensor scale read from device memory: a captured graph replayed with new scale
 /// values writes the reference's bytes for each.
 #[test]
@@ -922,17 +937,8 @@ fn gpu_fp8_graph_replay_reads_the_static_scale() {
         y_out: None,
         options: opts,
     };
-    stream.synchronize().unwrap();
     g.prepare_fp8(&p, true, true).unwrap();
-    stream
-        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .unwrap();
-    // SAFETY: live allocations of this device, extents as given.
-    unsafe { g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default()) }.unwrap();
-    let graph = stream
-        .end_capture(sys::CUgraphInstantiate_flags(0))
-        .unwrap()
-        .expect("a graph");
+    let graph = captured(g, &stream, &call);
     for s in [1.0f32, 0.0123, 7.5] {
         stream.memcpy_htod(&[s], &mut s_d).unwrap();
         stream.memcpy_htod(&r, &mut r_d).unwrap();
@@ -1019,17 +1025,8 @@ fn gpu_fp8_split_column_scales_in_a_graph() {
         y_out: None,
         options: opts,
     };
-    stream.synchronize().unwrap();
     g.prepare_fp8(&p, false, true).unwrap();
-    stream
-        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .unwrap();
-    // SAFETY: live allocations of this device, extents as given.
-    unsafe { g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default()) }.unwrap();
-    let graph = stream
-        .end_capture(sys::CUgraphInstantiate_flags(0))
-        .unwrap()
-        .expect("a graph");
+    let graph = captured(g, &stream, &call);
     for replay in 0..2 {
         let r = gen(&mut rng, m * h, 0.03);
         stream.memcpy_htod(&r, &mut r_d).unwrap();

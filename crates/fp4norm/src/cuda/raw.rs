@@ -670,12 +670,7 @@ pub(crate) unsafe fn launch_fused_with_ranks(
     };
     check_signal_words(ranks, fused_grid(rows_total, p.m, &cfg))?;
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
-    // Both kernels of a split swizzled write are loaded before either is launched, so
-    // that a failure to build the second cannot leave the first's staging behind.
-    let pass = match cfg.second_pass() {
-        Some(pass) => Some((pass, gpu.kernels.get(&gpu.ctx, &gpu.arch, &pass)?)),
-        None => None,
-    };
+    let pass = load_second_pass(gpu, &cfg)?;
     // SAFETY: the parameters' pointers were checked above; the caller guarantees the
     // memory is live.
     unsafe {
@@ -689,36 +684,78 @@ pub(crate) unsafe fn launch_fused_with_ranks(
             "launching fp4norm_fused",
         )?
     };
-    let Some((pass, f)) = pass else {
+    let Some(pass) = pass else {
         return Ok(());
     };
     let tiles = swizzled_rows(p.m) / 128;
     // One CTA per 128-row tile and 64-block chunk (16 column groups): fp4norm_swizzle's grid.
     let chunks = swizzled_col_tiles(p.n_blocks()).div_ceil(16);
-    let grid = u32::try_from(tiles * chunks)
-        .map_err(|_| Error::Unsupported(format!("{} rows exceed the grid limit", p.m)))?;
     let mut params = SwizzleParams {
         sf_row_major: if p.layout.has_row_major() { rm } else { 0 },
         sf_swizzled: sw,
         m: p.m as i64,
     };
-    let mut args = [&mut params as *mut SwizzleParams as *mut c_void];
     // SAFETY: one struct by value, matching fp4norm_swizzle; its pointers are the call's
-    // scale buffers, checked above. With programmatic dependent launch wherever the GPU
-    // has it (sm_90+; the split is only chosen there, unless forced by the knob): the
-    // pass waits for the fused kernel in griddepcontrol.wait, and its launch overlaps
-    // that kernel's tail.
+    // scale buffers, checked above.
+    unsafe {
+        launch_second_pass(
+            gpu,
+            stream,
+            &pass,
+            tiles * chunks,
+            p.m,
+            &mut params,
+            "launching fp4norm_swizzle",
+        )
+    }
+}
+
+/// The second kernel of `cfg`'s split scale write, if it has one: loaded before the fused
+/// kernel is launched, so that a failure to build it cannot leave the first's staging
+/// behind.
+fn load_second_pass(
+    gpu: &Gpu,
+    cfg: &KernelConfig,
+) -> Result<Option<(KernelConfig, cudarc::driver::CudaFunction)>, Error> {
+    match cfg.second_pass() {
+        Some(pass) => Ok(Some((pass, gpu.kernels.get(&gpu.ctx, &gpu.arch, &pass)?))),
+        None => Ok(None),
+    }
+}
+
+/// Launches the second kernel of a split scale write (`pass`, as [`load_second_pass`] gives
+/// it) over `ctas` CTAs (for a call of `m` rows) with `params` as its one argument; with programmatic dependent launch wherever
+/// the GPU has it (sm_90+; splits are only chosen there, unless forced by a knob), so that
+/// it waits for the fused kernel in griddepcontrol.wait and its launch overlaps that
+/// kernel's tail.
+///
+/// # Safety
+/// `params` is the kernel's parameter struct, by value, and its pointers are valid device
+/// memory of `gpu`, live until the kernel completes.
+unsafe fn launch_second_pass<P>(
+    gpu: &Gpu,
+    stream: sys::CUstream,
+    pass: &(KernelConfig, cudarc::driver::CudaFunction),
+    ctas: usize,
+    m: usize,
+    params: &mut P,
+    what: &'static str,
+) -> Result<(), Error> {
+    let grid = u32::try_from(ctas)
+        .map_err(|_| Error::Unsupported(format!("{m} rows exceed the grid limit")))?;
+    let mut args = [params as *mut P as *mut c_void];
+    // SAFETY: as the caller guarantees.
     unsafe {
         launch_clustered(
             gpu,
-            &f,
+            &pass.1,
             grid,
-            pass.block_threads(),
+            pass.0.block_threads(),
             1,
             gpu.pdl_capable,
             stream,
             &mut args,
-            "launching fp4norm_swizzle",
+            what,
         )
     }
 }
@@ -980,12 +1017,7 @@ pub(crate) unsafe fn launch_fused_fp8(
     };
     check_signal_words(ranks, fused_grid(rows_total, p.m, &cfg))?;
     let f = gpu.kernels.get(&gpu.ctx, &gpu.arch, &cfg)?;
-    // Both kernels of a split column-major write are loaded before either is launched,
-    // so that a failure to build the second cannot leave the first's staging behind.
-    let pass = match cfg.second_pass() {
-        Some(pass) => Some((pass, gpu.kernels.get(&gpu.ctx, &gpu.arch, &pass)?)),
-        None => None,
-    };
+    let pass = load_second_pass(gpu, &cfg)?;
     // SAFETY: the parameters' pointers were checked above; the caller guarantees the
     // memory is live.
     unsafe {
@@ -999,34 +1031,26 @@ pub(crate) unsafe fn launch_fused_fp8(
             "launching fp4norm_fused (FP8)",
         )?
     };
-    let Some((pass, f)) = pass else {
+    let Some(pass) = pass else {
         return Ok(());
     };
     // One thread per 8-row line of each group (fp8_column_scales): every group of the
     // tiles of 8 rows.
     let lines = (p.m / 8) * p.n_groups();
-    let threads = pass.block_threads() as usize;
-    let grid = u32::try_from(lines.div_ceil(threads))
-        .map_err(|_| Error::Unsupported(format!("{} rows exceed the grid limit", p.m)))?;
     let mut params = ColumnScalesParams {
         sf: rm,
         m: p.m as i64,
     };
-    let mut args = [&mut params as *mut ColumnScalesParams as *mut c_void];
     // SAFETY: one struct by value, matching fp8_column_scales; its pointer is the call's
-    // column-major scale buffer, checked above. With programmatic dependent launch (the
-    // split is only chosen where the GPU has it): the pass waits for the fused kernel in
-    // griddepcontrol.wait, and its launch overlaps that kernel's tail.
+    // column-major scale buffer, checked above.
     unsafe {
-        launch_clustered(
+        launch_second_pass(
             gpu,
-            &f,
-            grid,
-            pass.block_threads(),
-            1,
-            gpu.pdl_capable,
             stream,
-            &mut args,
+            &pass,
+            lines.div_ceil(pass.0.block_threads() as usize),
+            p.m,
+            &mut params,
             "launching fp8_column_scales",
         )
     }
