@@ -734,6 +734,7 @@ mod tests {
             let cfg = KernelConfig::fp8(&p, false, true, &H200);
             assert_eq!(cfg.fp8.map(|f| f.split_scales), Some(wanted));
             assert_eq!(cfg.second_pass().is_some(), wanted);
+            assert_eq!(cfg.defines().contains("#define FP8_COL_SPLIT 1\n"), wanted);
             wanted
         };
         let (f32s, ue8m0) = (Fp8ScaleFormat::F32_NO_FLOOR, Fp8ScaleFormat::UE8M0);
