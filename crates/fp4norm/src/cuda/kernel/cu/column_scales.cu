@@ -4,9 +4,9 @@
 // (col_staged_offset, common.cuh), one coalesced store per warp and row where the layout
 // [H/G, mp4] wants a 4-byte store per scale; here each thread writes one 32-byte line of
 // a tile (one group's 8 rows) in place, from the 8 words it read of the staging order.
-// Neighbouring lanes take the lines of neighbouring tiles, so that each 4-byte load of a
-// warp is one contiguous run (whole 32-byte pieces of the staging order) and each line a
-// 32-byte piece of its own. A tile is read by its own lanes only, all before any writes
+// A tile's lanes are neighbours, and so are neighbouring tiles', so that each 4-byte load
+// of a warp reads every tile's staged words side by side (32 contiguous bytes a tile with
+// groups of 32, 16 with 64) and each line is a 32-byte store of its own. A tile is read by its own lanes only, all before any writes
 // (one warp, __syncwarp). Rows of the last, partial tile (M not a multiple of 8) and the
 // padding rows were written in place by the fused kernel and are not touched. Launched
 // right after the fused kernel, with programmatic dependent launch where the GPU has it.
