@@ -241,15 +241,18 @@ pub fn column_scales_keep_wanted(scale_bytes: u64, limits: &DeviceLimits) -> boo
 /// overrides the size and group rule (not the layout's needs); the host splits only on
 /// GPUs with programmatic dependent launch.
 pub fn column_scales_split_wanted(p: &crate::fp8::Fp8Problem) -> bool {
-    use crate::fp8::{Fp8ScaleFormat, Fp8ScaleLayout};
-    let Some(g) = p.group() else { return false };
-    let tile_groups = 32 / (g / 8).max(1);
-    let possible = matches!(p.scale_format(), Some(Fp8ScaleFormat::F32 { .. }))
-        && p.layout() == Some(Fp8ScaleLayout::ColumnMajor)
-        && g < p.h
-        && matches!(g, 32 | 64 | 128)
-        && p.h % (g * tile_groups) == 0
-        && p.m >= 8;
+    use crate::fp8::{Fp8Group, Fp8ScaleFormat, Fp8ScaleLayout, Fp8Scaling};
+    let Fp8Scaling::Dynamic {
+        group,
+        format: Fp8ScaleFormat::F32 { .. },
+        layout: Fp8ScaleLayout::ColumnMajor,
+    } = p.options.scaling
+    else {
+        return false;
+    };
+    let g = group.size(p.h);
+    // A tile's groups are a warp's: 32 lanes of 8 elements.
+    let possible = group != Fp8Group::PerToken && p.h % 256 == 0 && p.m >= 8;
     possible && knobs::fp8_scales_split().unwrap_or(g <= 64 && p.m.saturating_mul(p.h) >= 1 << 25)
 }
 
