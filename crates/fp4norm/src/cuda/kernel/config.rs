@@ -520,7 +520,8 @@ impl KernelConfig {
 
     /// The minimum of resident CTAs per SM that the fused kernel's launch bound asks for
     /// (`FP4_MIN_CTAS`; 1 = none beyond the CTA size): two CTAs of 512 threads, five of
-    /// 256, ten of 128, which caps them at 64 or 48 registers.
+    /// 256, ten of 128 (eight for per-token FP8 rows sharing a CTA), which caps them at 64
+    /// or 48 registers.
     ///
     /// Without an explicit minimum, ptxas trades registers for occupancy and sinks some of
     /// pass 1's loads below the first arithmetic, so fewer loads are in flight; the bound
@@ -531,6 +532,12 @@ impl KernelConfig {
         // kernels spill (the compile check), so it has none.
         if self.ar_ranks > 1 {
             return 1;
+        }
+        // Per-token FP8 rows of several warps sharing a CTA of 128 threads (each row with
+        // its own barrier and amax slots) spill under 48 registers: eight CTAs, 64.
+        let per_token = self.fp8.is_some_and(|f| f.per_token);
+        if per_token && self.aligned && self.rows_per_cta > 1 && self.block_threads() == 128 {
+            return 8;
         }
         Self::min_ctas_for(self.block_threads(), self.aligned)
     }

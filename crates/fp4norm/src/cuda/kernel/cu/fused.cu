@@ -640,9 +640,25 @@ __device__ __forceinline__ void store_group_scale(const Fp4NormParams& p, i64 ro
 }
 
 #if FP8_PER_TOKEN
+// A barrier of the threads of row `group` of the CTA: the CTA's barrier where the CTA is
+// one row, else named barrier 1 + group (rows past M skip pass 2, so not __syncthreads).
+// Each id is an immediate: an id in a register makes ptxas reserve all 16 of the CTA's
+// barriers, which caps an SM at four resident CTAs.
+__device__ __forceinline__ void row_barrier(int group) {
+#if FP4_R == 1
+    __syncthreads();
+#else
+#define ROW_BARRIER(i) \
+    if ((i) < FP4_R && group == (i)) asm volatile("bar.sync %0, %1;" :: "n"((i) + 1), "n"(FP4_G) : "memory");
+    ROW_BARRIER(0) ROW_BARRIER(1) ROW_BARRIER(2) ROW_BARRIER(3) ROW_BARRIER(4)
+    ROW_BARRIER(5) ROW_BARRIER(6) ROW_BARRIER(7) ROW_BARRIER(8) ROW_BARRIER(9)
+    ROW_BARRIER(10) ROW_BARRIER(11) ROW_BARRIER(12) ROW_BARRIER(13) ROW_BARRIER(14)
+#undef ROW_BARRIER
+#endif
+}
+
 // The maximum over the row's FP4_G threads (every one calls it): warp shuffles, then the
-// row's warps through shared memory and a named barrier of the row's threads (rows of one
-// CTA finish at different times, so not __syncthreads).
+// row's warps through shared memory and the row's barrier.
 __device__ __forceinline__ float row_max(float v, int lane, int group) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmax_nan(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
@@ -650,7 +666,7 @@ __device__ __forceinline__ float row_max(float v, int lane, int group) {
     // (Used once per row; the exact-sum redo that calls pass 2 again follows CTA barriers.)
     __shared__ float warp_max[FP4_R][WARPS_PER_ROW];
     if ((lane & 31) == 0) warp_max[group][lane >> 5] = v;
-    asm volatile("bar.sync %0, %1;" :: "r"(group + 1), "r"(FP4_G) : "memory");
+    row_barrier(group);
     v = 0.0f;
 #pragma unroll
     for (int i = 0; i < WARPS_PER_ROW; ++i) v = fmax_nan(v, warp_max[group][i]);
