@@ -45,6 +45,15 @@ fn planned(
     cfg
 }
 
+/// Hidden sizes of common LLMs (Qwen2 0.5B … Llama 3 405B), every one a multiple of 128.
+const MODEL_HIDDEN_SIZES: [usize; 14] = [
+    896, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 12288, 16384,
+];
+
+/// Row counts of every bucket of the launch table on the planned GPU: one row, a few per
+/// SM's share, and 8, 31 and 124 rows per SM.
+const MODEL_ROWS: [usize; 6] = [1, 16, 128, 1024, 4096, 16384];
+
 fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
     let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut out = Vec::new();
@@ -451,8 +460,58 @@ fn blackwell_family_targets_compile_without_spills() {
     );
 }
 
-#[test]
-fn every_sweep_kernel_compiles_without_spills() {
+/// The kernels of models' own calls, which the sweep's hidden sizes (chosen for kernel
+/// paths) do not all reach, less those of [`configs`]: bf16 rows of the hidden sizes of
+/// common LLMs at decode and prefill row counts (each bucket of the launch table), residual
+/// add, every FP4 format and layout, every FP8 scaling in E4M3 and per-tensor and
+/// per-token in E5M2.
+fn model_configs(hw_e2m1: bool) -> Vec<KernelConfig> {
+    let mut seen: BTreeSet<String> = configs(hw_e2m1).iter().map(|c| c.describe()).collect();
+    let mut out = Vec::new();
+    for h in MODEL_HIDDEN_SIZES {
+        for m in MODEL_ROWS {
+            let mut cfgs = Vec::new();
+            for format in fp4norm::Fp4Format::ALL {
+                for layout in [
+                    fp4norm::ScaleLayout::RowMajor,
+                    fp4norm::ScaleLayout::Swizzled,
+                    fp4norm::ScaleLayout::Both,
+                ] {
+                    let opts = fp4norm::Options::default().with_format(format);
+                    let p = fp4norm::Problem::new(m, h, fp4norm::DType::BF16, layout, &opts)
+                        .expect("valid problem");
+                    let gs = fp4norm::cuda::GsMode::Uniform;
+                    cfgs.push(planned(&p, gs, true, hw_e2m1, true));
+                }
+            }
+            for scaling in sweep::fp8::scalings() {
+                let per_group = matches!(scaling, fp4norm::fp8::Fp8Scaling::Dynamic { group, .. }
+                    if group != fp4norm::fp8::Fp8Group::PerToken);
+                for element in fp4norm::fp8::Fp8Element::ALL {
+                    if per_group && element != fp4norm::fp8::Fp8Element::E4M3 {
+                        continue;
+                    }
+                    let c = sweep::fp8::base(fp4norm::DType::BF16, m, h, element, scaling);
+                    let mut cfg = c.config(&PLAN);
+                    cfg.hw_canonical_nan = !hw_e2m1;
+                    cfgs.push(cfg);
+                }
+            }
+            for cfg in cfgs {
+                for k in [Some(cfg), cfg.second_pass()].into_iter().flatten() {
+                    if seen.insert(k.describe()) {
+                        out.push(k);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Compiles `configs(hw_e2m1)` for sm_90 and sm_100a (a sample of each: `sampled`) and fails
+/// on any error, spill or local memory.
+fn check_without_spills(what: &str, configs: fn(bool) -> Vec<KernelConfig>) {
     if !nvrtc_present() {
         return;
     }
@@ -481,7 +540,7 @@ fn every_sweep_kernel_compiles_without_spills() {
         .unwrap_or_else(|e| format!("NVRTC version unknown ({e})"));
     let _ = writeln!(
         std::io::stderr().lock(),
-        "kernel compile check ({version}): {}",
+        "kernel compile check, {what} ({version}): {}",
         counts.join("; ")
     );
     assert!(
@@ -490,4 +549,15 @@ fn every_sweep_kernel_compiles_without_spills() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn every_sweep_kernel_compiles_without_spills() {
+    check_without_spills("the GPU tests' kernels", configs);
+}
+
+/// (Not in the device build's cubin cache: the GPU tests never run these.)
+#[test]
+fn model_shape_kernels_compile_without_spills() {
+    check_without_spills("models' shapes", model_configs);
 }

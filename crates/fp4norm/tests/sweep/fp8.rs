@@ -118,7 +118,9 @@ pub fn scalings() -> Vec<Fp8Scaling> {
     v
 }
 
-fn base(dtype: DType, m: usize, h: usize, element: Fp8Element, scaling: Fp8Scaling) -> Fp8Case {
+/// A plain case: residual add, no `y_out`, no weight bias, aligned, a per-tensor scale in
+/// memory, random rows.
+pub fn base(dtype: DType, m: usize, h: usize, element: Fp8Element, scaling: Fp8Scaling) -> Fp8Case {
     Fp8Case {
         dtype,
         m,
