@@ -159,6 +159,18 @@ pub(crate) fn fp8_scales_keep() -> Option<bool> {
     )
 }
 
+/// `FP4NORM_FP8_SCALES_DEMOTE=0|1`: kept FP8 column-major scales left evict-last to the
+/// end of the call (0) or handed back to normal eviction a wave behind (1).
+pub(crate) fn fp8_scales_demote() -> Option<bool> {
+    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
+    switch_knob_once(
+        &KNOB,
+        "FP4NORM_FP8_SCALES_DEMOTE",
+        "kept column-major FP8 scales handed back to normal eviction a wave behind",
+        "kept column-major FP8 scales left evict-last",
+    )
+}
+
 /// `FP4NORM_FP8_SCALES_SPLIT=0|1`: FP8 column-major f32 group scales written directly (0)
 /// or staged and reordered by a second kernel (1).
 pub(crate) fn fp8_scales_split() -> Option<bool> {

@@ -2,9 +2,9 @@
 //! kernel, and the `FP4_*` defines it hands the CUDA source (listed in `cu/common.cuh`).
 
 use super::launch_table::{
-    column_scales_keep_wanted, column_scales_split_wanted, demote_distance, launch_shape,
-    pad_ctas_wanted, pad_spread_wanted, shape_fits, swizzle_demote_tiles, swizzle_keep_wanted,
-    swizzle_split_wanted,
+    column_demote_distance, column_scales_demote_rows, column_scales_keep_wanted,
+    column_scales_split_wanted, demote_distance, launch_shape, pad_ctas_wanted, pad_spread_wanted,
+    shape_fits, swizzle_demote_tiles, swizzle_keep_wanted, swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -71,6 +71,10 @@ pub struct Fp8Spec {
     /// kernel, [`KernelKind::ColumnScales`] (`FP8_COL_SPLIT`; `column_scales_split_wanted`).
     /// Defined only when set, so other cubins are unchanged.
     pub split_scales: bool,
+    /// Kept column-major scales handed back to L2's normal eviction this many rows behind
+    /// each row (`FP8_COL_DEMOTE_ROWS`; `column_scales_demote_rows`; 0: never). Defined
+    /// only when nonzero, so other cubins are unchanged.
+    pub demote_rows: u32,
 }
 
 /// One specialisation: everything that is a compile-time constant of the kernel.
@@ -292,6 +296,7 @@ impl KernelConfig {
                     && aligned
                     && !per_token
                     && column_scales_split_wanted(p),
+                demote_rows: 0,
             }),
             ar_ranks: 0,
             ar_peer: false,
@@ -299,6 +304,10 @@ impl KernelConfig {
         };
         // MXFP8's scales are an eighth of its codes' rows, as NVFP4's: the same demotion.
         cfg.swizzle_demote_tiles = swizzle_demote_tiles(&cfg, p.m, limits);
+        let demote_rows = column_scales_demote_rows(&cfg, p.scale_bytes_written() as u64, limits);
+        if let Some(f) = cfg.fp8.as_mut() {
+            f.demote_rows = demote_rows;
+        }
         cfg
     }
 
@@ -317,6 +326,12 @@ impl KernelConfig {
             // The wave, and so the demotion's distance, changes with the shape.
             if self.swizzle_demote_tiles > 0 {
                 self.swizzle_demote_tiles = demote_distance(self, limits);
+            }
+            if self.fp8.is_some_and(|f| f.demote_rows > 0) {
+                let rows = column_demote_distance(self, limits);
+                if let Some(f) = self.fp8.as_mut() {
+                    f.demote_rows = rows;
+                }
             }
         }
         fits
@@ -489,6 +504,10 @@ impl KernelConfig {
                 "#define FP8_COL_KEEP 1\n"
             } else {
                 ""
+            } + &if f.demote_rows > 0 {
+                format!("#define FP8_COL_DEMOTE_ROWS {}\n", f.demote_rows)
+            } else {
+                String::new()
             } + if f.split_scales {
                 "#define FP8_COL_SPLIT 1\n"
             } else {
@@ -585,13 +604,18 @@ impl KernelConfig {
         ) + &match self.fp8 {
             None => String::new(),
             Some(f) => format!(
-                " fp8={} {:?} per_token={} col_major={}{}{}",
+                " fp8={} {:?} per_token={} col_major={}{}{}{}",
                 if f.e5m2 { "e5m2" } else { "e4m3" },
                 f.scaling,
                 f.per_token,
                 f.column_major,
                 if f.keep_scales { " keep_scales" } else { "" },
-                if f.split_scales { " split_scales" } else { "" }
+                if f.split_scales { " split_scales" } else { "" },
+                if f.demote_rows > 0 {
+                    format!(" demote_rows={}", f.demote_rows)
+                } else {
+                    String::new()
+                }
             ),
         } + &if self.ar_ranks > 0 {
             format!(" ar_ranks={}", self.ar_ranks)
@@ -763,6 +787,68 @@ mod tests {
             Fp8ScaleLayout::ColumnMajor,
         );
         assert!(!kept(4096, 8192, &token_col));
+    }
+
+    #[test]
+    fn kept_column_major_scales_are_demoted_from_an_eighth_of_the_l2() {
+        if std::env::var_os("FP4NORM_FP8_SCALES_KEEP").is_some()
+            || std::env::var_os("FP4NORM_FP8_SCALES_DEMOTE").is_some()
+            || std::env::var_os("FP4NORM_FP8_SCALES_SPLIT").is_some()
+        {
+            return; // knobs override the rule
+        }
+        use crate::fp8::{Fp8Element, Fp8Group, Fp8Options, Fp8ScaleFormat, Fp8ScaleLayout};
+        let col = |group, format| {
+            Fp8Options::dynamic(Fp8Element::E4M3, group, format, Fp8ScaleLayout::ColumnMajor)
+        };
+        let demote = |m, h, o: &Fp8Options| {
+            let c = fp8_config(m, h, o);
+            let rows = c.fp8.map_or(0, |f| f.demote_rows);
+            let define = format!("#define FP8_COL_DEMOTE_ROWS {rows}\n");
+            assert_eq!(rows > 0, c.defines().contains(&define), "{}", c.describe());
+            (rows, c)
+        };
+        let f32_g128 = col(Fp8Group::G128, Fp8ScaleFormat::F32_NO_FLOOR);
+        // 16384 x 16384 in groups of 128: 8 MiB of f32 scales, kept and at least an eighth
+        // of the H200's L2. The distance is at least a resident wave of rows and two
+        // 128-byte lines (32 rows of f32 scales each).
+        let (rows, c) = demote(16384, 16384, &f32_g128);
+        let wave = 132 * c.min_ctas_per_sm() * c.rows_per_cta / c.cluster;
+        assert!(c.fp8.is_some_and(|f| f.keep_scales && !f.split_scales));
+        assert_eq!(rows, wave + 64, "{}", c.describe());
+        // UE8M0 codes: lines of 128 rows.
+        let (rows, c) = demote(16384, 16384, &col(Fp8Group::G32, Fp8ScaleFormat::UE8M0));
+        assert_eq!(
+            rows,
+            132 * c.min_ctas_per_sm() * c.rows_per_cta / c.cluster + 256
+        );
+        // Kept but under an eighth of the L2 (4 MiB and 1 MiB): left kept.
+        assert_eq!(demote(16384, 8192, &f32_g128).0, 0);
+        assert_eq!(demote(4096, 8192, &f32_g128).0, 0);
+        // Not kept (16 MiB), or written by the split pass (8 MiB in groups of 64): never.
+        assert_eq!(
+            demote(
+                16384,
+                8192,
+                &col(Fp8Group::G32, Fp8ScaleFormat::F32_NO_FLOOR)
+            )
+            .0,
+            0
+        );
+        assert_eq!(
+            demote(
+                16384,
+                8192,
+                &col(Fp8Group::G64, Fp8ScaleFormat::F32_NO_FLOOR)
+            )
+            .0,
+            0
+        );
+        // A forced shape changes the wave, and so the distance.
+        let (_, mut c) = demote(16384, 16384, &f32_g128);
+        assert!(c.try_launch_shape((256, 1, 4), &H200));
+        let wave = 132 * c.min_ctas_per_sm() * c.rows_per_cta / c.cluster;
+        assert_eq!(c.fp8.map(|f| f.demote_rows), Some(wave + 64));
     }
 
     #[test]

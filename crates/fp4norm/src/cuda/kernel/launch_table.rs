@@ -3,7 +3,7 @@
 //! prefetch distance. None of it changes the bytes a call writes, only its speed; every
 //! rule was measured on the H200, and the figures behind each are in BENCHMARKS.md.
 
-use super::config::{KernelConfig, KernelKind};
+use super::config::{Fp8KernelScaling, KernelConfig, KernelKind};
 use crate::cuda::{knobs, DeviceLimits};
 use crate::DType;
 
@@ -225,6 +225,39 @@ pub fn demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
 /// `FP4NORM_FP8_SCALES_KEEP` overrides the rule.
 pub fn column_scales_keep_wanted(scale_bytes: u64, limits: &DeviceLimits) -> bool {
     knobs::fp8_scales_keep().unwrap_or(scale_bytes.saturating_mul(4) <= limits.l2_bytes)
+}
+
+/// How many rows behind its own row a CTA of an FP8 call with kept column-major scales
+/// ([`column_scales_keep_wanted`]) hands the kept scales' lines back to L2's normal eviction
+/// (`FP8_COL_DEMOTE_ROWS`; 0: never): one resident wave of rows plus two 128-byte lines of
+/// rows (32 rows of f32 scales, 128 of UE8M0 codes), by when every line there is complete.
+/// Only where the scales take an eighth of the L2 or more, as [`swizzle_demote_tiles`] and
+/// for the same reason: evict-last lines otherwise stay for the rest of the call, and
+/// beyond, crowding out the L2 prefetch. The knob `FP4NORM_FP8_SCALES_DEMOTE=0|1` turns it
+/// off, or on wherever scales are kept.
+pub fn column_scales_demote_rows(
+    cfg: &KernelConfig,
+    scale_bytes: u64,
+    limits: &DeviceLimits,
+) -> u32 {
+    let Some(f) = cfg.fp8 else { return 0 };
+    if !f.keep_scales || f.split_scales || cfg.kind != KernelKind::Fused {
+        return 0;
+    }
+    if !knobs::fp8_scales_demote().unwrap_or(scale_bytes.saturating_mul(8) >= limits.l2_bytes) {
+        return 0;
+    }
+    column_demote_distance(cfg, limits)
+}
+
+/// One resident wave of `cfg`'s rows on a device with `limits` plus two 128-byte lines of
+/// its column-major scales in rows: the distance of [`column_scales_demote_rows`].
+pub fn column_demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
+    let f32_scales = cfg.fp8.is_some_and(|f| f.scaling == Fp8KernelScaling::F32);
+    let line_rows = if f32_scales { 32 } else { 128 };
+    let wave = limits.sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
+        / cfg.cluster.max(1) as u64;
+    u32::try_from(wave + 2 * line_rows).unwrap_or(u32::MAX)
 }
 
 /// Whether an FP8 call's column-major f32 group scales are written in two kernels

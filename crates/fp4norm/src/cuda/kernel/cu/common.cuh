@@ -76,6 +76,9 @@
 //                    FP4_SWIZZLED: MXFP8's 128x4 layout of UE8M0 codes, G = 32)
 //   FP8_COL_KEEP     (defined or not) column-major scales stored with an L2 evict-last
 //                    policy (column_scales_keep_wanted, launch_table.rs)
+//   FP8_COL_DEMOTE_ROWS  (defined or not) kept column-major scales handed back to L2's
+//                    normal eviction this many rows behind each row
+//                    (column_scales_demote_rows, launch_table.rs)
 //   FP8_COL_SPLIT    (defined or not) column-major f32 scales written by a second kernel
 //                    (column_scales.cu): the fused kernel stores the scales of each
 //                    8-row x COL_TILE_G-group tile in a staging order, each warp's groups of

@@ -657,11 +657,15 @@ __device__ __forceinline__ void row_barrier(int group) {
 #endif
 }
 
-// The maximum over the row's FP4_G threads (every one calls it): warp shuffles, then the
-// row's warps through shared memory and the row's barrier.
+// The maximum over the row's FP4_G threads (every one calls it; FP4_G is whole warps):
+// one redux.sync per warp, then the row's warps through shared memory and the row's
+// barrier. v is a maximum of |y|, +0 or more or NaN, whose bits order as u32 the way the
+// values do (every NaN above +Inf), so the integer maximum is max.NaN's: one instruction
+// instead of five shuffle-and-max steps on the row's critical path at decode sizes.
 __device__ __forceinline__ float row_max(float v, int lane, int group) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmax_nan(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+    u32 bits;
+    asm("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(bits) : "r"(__float_as_uint(v)));
+    v = __uint_as_float(bits);
 #if WARPS_PER_ROW > 1
     // (Used once per row; the exact-sum redo that calls pass 2 again follows CTA barriers.)
     __shared__ float warp_max[FP4_R][WARPS_PER_ROW];
@@ -968,6 +972,24 @@ __device__ __noinline__ void demote_kept_tile(const u8* sf_swizzled, i64 row, in
 }
 #endif
 
+#if defined(FP8_COL_DEMOTE_ROWS) && defined(FP8_COL_KEEP) && !defined(FP8_COL_SPLIT)
+// The kept column-major scales of the row FP8_COL_DEMOTE_ROWS behind `row` (a resident wave
+// and two lines of rows ago: their 128-byte lines are complete) go back to L2's normal
+// eviction: each of this part's groups whose line starts at that row's scale, so that
+// every line is demoted once. Else they stay evict-last for the rest of the call and
+// crowd out the L2 prefetch (launch_table.rs, column_scales_demote_rows). A hint only;
+// not inlined, as demote_kept_tile.
+__device__ __noinline__ void demote_kept_column_scales(const Fp4NormParams* p, i64 row, int lane, int v0) {
+    constexpr u64 bytes = FP8_SCALING == 1 ? 4 : 1;
+    const i64 mp4 = (p->m + 3) & ~3ll;
+    const i64 done = row - FP8_COL_DEMOTE_ROWS;
+    for (int g = v0 / VPB + lane; g < (v0 + NVC) / VPB; g += FP4_G) {
+        const u64 a = (u64)p->sf_row_major + (u64)((i64)g * mp4 + done) * bytes;
+        if ((a & 127) < bytes) asm volatile("applypriority.global.L2::evict_normal [%0], 128;" :: "l"(a & ~(u64)127) : "memory");
+    }
+}
+#endif
+
 // The launch bound's minimum of resident CTAs per SM: decided by the host
 // (KernelConfig::min_ctas_per_sm, src/cuda/kernel/config.rs), which also sizes the L2
 // prefetch's resident wave from it.
@@ -1239,6 +1261,9 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
 #endif
 #if defined(FP4_SWZ_DEMOTE_TILES) && FP4_SWIZZLED && !FP4_SWZ_SPLIT && FP4_SWZ_KEEP && FP4_VEC_ALIGNED
             if (v0 == 0 && row >= 128 * (i64)FP4_SWZ_DEMOTE_TILES) demote_kept_tile(p.sf_swizzled, row, lane);
+#endif
+#if defined(FP8_COL_DEMOTE_ROWS) && defined(FP8_COL_KEEP) && !defined(FP8_COL_SPLIT)
+            if (row >= FP8_COL_DEMOTE_ROWS) demote_kept_column_scales(&p, row, lane, v0);
 #endif
         }
 #if defined(FP8_OUT) && FP8_COL_MAJOR
