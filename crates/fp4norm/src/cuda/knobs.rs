@@ -159,14 +159,15 @@ pub(crate) fn fp8_scales_keep() -> Option<bool> {
     )
 }
 
-/// `FP4NORM_FP8_SCALES_DEMOTE=0|1`: kept FP8 column-major scales left evict-last to the
-/// end of the call (0) or handed back to normal eviction a wave behind (1).
+/// `FP4NORM_FP8_SCALES_DEMOTE=0|1`: FP8 column-major scales kept by the direct write left
+/// evict-last to the end of the call (0) or handed back to normal eviction a resident wave
+/// and two lines of rows behind (1).
 pub(crate) fn fp8_scales_demote() -> Option<bool> {
     static KNOB: OnceLock<Option<bool>> = OnceLock::new();
     switch_knob_once(
         &KNOB,
         "FP4NORM_FP8_SCALES_DEMOTE",
-        "kept column-major FP8 scales handed back to normal eviction a wave behind",
+        "kept column-major FP8 scales handed back to normal eviction a resident wave behind",
         "kept column-major FP8 scales left evict-last",
     )
 }

@@ -72,8 +72,9 @@ pub struct Fp8Spec {
     /// Defined only when set, so other cubins are unchanged.
     pub split_scales: bool,
     /// Kept column-major scales handed back to L2's normal eviction this many rows behind
-    /// each row (`FP8_COL_DEMOTE_ROWS`; `column_scales_demote_rows`; 0: never). Defined
-    /// only when nonzero, so other cubins are unchanged.
+    /// each row (`FP8_COL_DEMOTE_ROWS`; `column_scales_demote_rows`; 0: never), by the
+    /// direct write only: defined only when nonzero and not `split_scales`, so other
+    /// cubins are unchanged.
     pub demote_rows: u32,
 }
 
@@ -504,7 +505,7 @@ impl KernelConfig {
                 "#define FP8_COL_KEEP 1\n"
             } else {
                 ""
-            } + &if f.demote_rows > 0 {
+            } + &if f.demote_rows > 0 && !f.split_scales {
                 format!("#define FP8_COL_DEMOTE_ROWS {}\n", f.demote_rows)
             } else {
                 String::new()
@@ -611,7 +612,7 @@ impl KernelConfig {
                 f.column_major,
                 if f.keep_scales { " keep_scales" } else { "" },
                 if f.split_scales { " split_scales" } else { "" },
-                if f.demote_rows > 0 {
+                if f.demote_rows > 0 && !f.split_scales {
                     format!(" demote_rows={}", f.demote_rows)
                 } else {
                     String::new()
@@ -801,54 +802,56 @@ mod tests {
         let col = |group, format| {
             Fp8Options::dynamic(Fp8Element::E4M3, group, format, Fp8ScaleLayout::ColumnMajor)
         };
-        let demote = |m, h, o: &Fp8Options| {
-            let c = fp8_config(m, h, o);
+        // The distance the kernel gets (its define), 0 where it has none.
+        let demoted = |c: &KernelConfig| -> u32 {
             let rows = c.fp8.map_or(0, |f| f.demote_rows);
             let define = format!("#define FP8_COL_DEMOTE_ROWS {rows}\n");
-            assert_eq!(rows > 0, c.defines().contains(&define), "{}", c.describe());
-            (rows, c)
+            if c.defines().contains(&define) {
+                assert!(c.describe().contains(&format!("demote_rows={rows}")));
+                rows
+            } else {
+                0
+            }
         };
         let f32_g128 = col(Fp8Group::G128, Fp8ScaleFormat::F32_NO_FLOOR);
         // 16384 x 16384 in groups of 128: 8 MiB of f32 scales, kept and at least an eighth
-        // of the H200's L2. The distance is at least a resident wave of rows and two
-        // 128-byte lines (32 rows of f32 scales each).
-        let (rows, c) = demote(16384, 16384, &f32_g128);
-        let wave = 132 * c.min_ctas_per_sm() * c.rows_per_cta / c.cluster;
+        // of the H200's L2. One CTA of 512 per row, two per SM: a wave of 264 rows, then
+        // two lines of 32 rows.
+        let c = fp8_config(16384, 16384, &f32_g128);
         assert!(c.fp8.is_some_and(|f| f.keep_scales && !f.split_scales));
-        assert_eq!(rows, wave + 64, "{}", c.describe());
-        // UE8M0 codes: lines of 128 rows.
-        let (rows, c) = demote(16384, 16384, &col(Fp8Group::G32, Fp8ScaleFormat::UE8M0));
-        assert_eq!(
-            rows,
-            132 * c.min_ctas_per_sm() * c.rows_per_cta / c.cluster + 256
-        );
+        assert_eq!(demoted(&c), (264 + 64), "{}", c.describe());
+        // UE8M0 codes in groups of 32 (8 MiB of bytes): lines of 128 rows.
+        let c = fp8_config(16384, 16384, &col(Fp8Group::G32, Fp8ScaleFormat::UE8M0));
+        assert_eq!(demoted(&c), (264 + 256), "{}", c.describe());
         // Kept but under an eighth of the L2 (4 MiB and 1 MiB): left kept.
-        assert_eq!(demote(16384, 8192, &f32_g128).0, 0);
-        assert_eq!(demote(4096, 8192, &f32_g128).0, 0);
-        // Not kept (16 MiB), or written by the split pass (8 MiB in groups of 64): never.
-        assert_eq!(
-            demote(
-                16384,
-                8192,
-                &col(Fp8Group::G32, Fp8ScaleFormat::F32_NO_FLOOR)
-            )
-            .0,
-            0
+        assert_eq!(demoted(&fp8_config(16384, 8192, &f32_g128)), 0);
+        assert_eq!(demoted(&fp8_config(4096, 8192, &f32_g128)), 0);
+        // Not kept (16 MiB): never.
+        let g32 = col(Fp8Group::G32, Fp8ScaleFormat::F32_NO_FLOOR);
+        assert_eq!(demoted(&fp8_config(16384, 8192, &g32)), 0);
+        // Written by the split pass (8 MiB in groups of 64): not demoted there, but the
+        // distance stands for a direct write, where the split is turned off (no PDL, the
+        // all-reduce).
+        let c = fp8_config(
+            16384,
+            8192,
+            &col(Fp8Group::G64, Fp8ScaleFormat::F32_NO_FLOOR),
         );
-        assert_eq!(
-            demote(
-                16384,
-                8192,
-                &col(Fp8Group::G64, Fp8ScaleFormat::F32_NO_FLOOR)
-            )
-            .0,
-            0
-        );
-        // A forced shape changes the wave, and so the distance.
-        let (_, mut c) = demote(16384, 16384, &f32_g128);
+        assert!(c.fp8.is_some_and(|f| f.split_scales && f.demote_rows > 0));
+        assert_eq!(demoted(&c), 0);
+        let direct = KernelConfig {
+            fp8: c.fp8.map(|f| Fp8Spec {
+                split_scales: false,
+                ..f
+            }),
+            ..c
+        };
+        assert!(demoted(&direct) > 0);
+        // A forced shape changes the wave, and so the distance: four CTAs of 256 per row,
+        // five per SM, 165 rows a wave.
+        let mut c = fp8_config(16384, 16384, &f32_g128);
         assert!(c.try_launch_shape((256, 1, 4), &H200));
-        let wave = 132 * c.min_ctas_per_sm() * c.rows_per_cta / c.cluster;
-        assert_eq!(c.fp8.map(|f| f.demote_rows), Some(wave + 64));
+        assert_eq!(demoted(&c), 165 + 64, "{}", c.describe());
     }
 
     #[test]

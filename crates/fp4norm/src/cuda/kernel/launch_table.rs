@@ -233,15 +233,17 @@ pub fn column_scales_keep_wanted(scale_bytes: u64, limits: &DeviceLimits) -> boo
 /// rows (32 rows of f32 scales, 128 of UE8M0 codes), by when every line there is complete.
 /// Only where the scales take an eighth of the L2 or more, as [`swizzle_demote_tiles`] and
 /// for the same reason: evict-last lines otherwise stay for the rest of the call, and
-/// beyond, crowding out the L2 prefetch. The knob `FP4NORM_FP8_SCALES_DEMOTE=0|1` turns it
-/// off, or on wherever scales are kept.
+/// beyond, crowding out the L2 prefetch. Decided whether or not the write is split, since
+/// the split can be turned off later (no PDL, the all-reduce); only the direct write
+/// demotes (`KernelConfig::defines`). The knob `FP4NORM_FP8_SCALES_DEMOTE=0|1` turns it
+/// off, or on wherever the direct write keeps scales.
 pub fn column_scales_demote_rows(
     cfg: &KernelConfig,
     scale_bytes: u64,
     limits: &DeviceLimits,
 ) -> u32 {
     let Some(f) = cfg.fp8 else { return 0 };
-    if !f.keep_scales || f.split_scales || cfg.kind != KernelKind::Fused {
+    if !f.keep_scales || cfg.kind != KernelKind::Fused {
         return 0;
     }
     if !knobs::fp8_scales_demote().unwrap_or(scale_bytes.saturating_mul(8) >= limits.l2_bytes) {

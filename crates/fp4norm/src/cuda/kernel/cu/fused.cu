@@ -659,12 +659,13 @@ __device__ __forceinline__ void row_barrier(int group) {
 
 // The maximum over the row's FP4_G threads (every one calls it; FP4_G is whole warps):
 // one redux.sync per warp, then the row's warps through shared memory and the row's
-// barrier. v is a maximum of |y|, +0 or more or NaN, whose bits order as u32 the way the
-// values do (every NaN above +Inf), so the integer maximum is max.NaN's: one instruction
-// instead of five shuffle-and-max steps on the row's critical path at decode sizes.
+// barrier. v is a maximum of |y| by fmax_nan, so +0 or more, or the canonical NaN
+// 0x7FFFFFFF (sign bit clear): such bits order as u32 the way the values do, NaN above
+// +Inf, and the integer maximum is max.NaN's. One instruction instead of five
+// shuffle-and-max steps on the row's critical path at decode sizes.
 __device__ __forceinline__ float row_max(float v, int lane, int group) {
     u32 bits;
-    asm("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(bits) : "r"(__float_as_uint(v)));
+    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(bits) : "r"(__float_as_uint(v)));
     v = __uint_as_float(bits);
 #if WARPS_PER_ROW > 1
     // (Used once per row; the exact-sum redo that calls pass 2 again follows CTA barriers.)
