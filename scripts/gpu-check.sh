@@ -92,6 +92,14 @@ if has tests && [ "${TESTS_EXTRA:-1}" != 0 ]; then
   start=$(date +%s)
   FP4NORM_SWIZZLE_DEMOTE=1 "$bin/fp4norm" bench --device cuda --m 2048 --h 8192,16384 --layout swizzled,both --format nvfp4,mxfp4 --copy-mib 64 > "$out/demote-check.log" 2>&1
   summary+=("bench rows with the kept words' demotion forced, checked: $(tail -1 "$out/demote-check.log") ($(( $(date +%s) - start ))s)")
+  # Likewise the kept FP8 column-major scales' demotion (from an eighth of the L2): the FP8
+  # sweep with it forced (it runs in the sweep's column-major cases of 502 and 1027 rows)
+  # and checked rows of f32 and UE8M0 scales at 2050 and 4101 rows.
+  start=$(date +%s)
+  FP4NORM_FP8_SCALES_DEMOTE=1 "$bin/gpu_fp8" --test-threads=3 gpu_fp8_sweep > "$out/gpu-fp8-tests-demote.log" 2>&1
+  grep -E "^FAIL|panicked" "$out/gpu-fp8-tests-demote.log" | head -20
+  FP4NORM_FP8_SCALES_DEMOTE=1 "$bin/fp4norm" bench --device cuda --m 2050,4101 --h 8192,16384 --format fp8-group128,fp8-g32-ue8m0-column-major --copy-mib 64 > "$out/fp8-demote-check.log" 2>&1
+  summary+=("FP8 sweep and checked rows with the column-major demotion forced: $(grep 'test result' "$out/gpu-fp8-tests-demote.log" | tail -1); $(tail -1 "$out/fp8-demote-check.log") ($(( $(date +%s) - start ))s)")
   # The L2 prefetch runs only from 2^25 elements, past every sweep case: the sweeps, edge
   # cases and many-row shapes again with every row prefetching the next one (its addresses
   # in every kernel).
