@@ -78,6 +78,18 @@ pub struct Fp8Spec {
     pub demote_rows: u32,
 }
 
+impl Fp8Spec {
+    /// The demotion distance the kernel gets: `demote_rows` where the fused kernel writes
+    /// the scales itself, 0 where the split pass does.
+    pub fn direct_demote_rows(&self) -> u32 {
+        if self.split_scales {
+            0
+        } else {
+            self.demote_rows
+        }
+    }
+}
+
 /// One specialisation: everything that is a compile-time constant of the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KernelConfig {
@@ -505,8 +517,8 @@ impl KernelConfig {
                 "#define FP8_COL_KEEP 1\n"
             } else {
                 ""
-            } + &if f.demote_rows > 0 && !f.split_scales {
-                format!("#define FP8_COL_DEMOTE_ROWS {}\n", f.demote_rows)
+            } + &if f.direct_demote_rows() > 0 {
+                format!("#define FP8_COL_DEMOTE_ROWS {}\n", f.direct_demote_rows())
             } else {
                 String::new()
             } + if f.split_scales {
@@ -612,8 +624,8 @@ impl KernelConfig {
                 f.column_major,
                 if f.keep_scales { " keep_scales" } else { "" },
                 if f.split_scales { " split_scales" } else { "" },
-                if f.demote_rows > 0 && !f.split_scales {
-                    format!(" demote_rows={}", f.demote_rows)
+                if f.direct_demote_rows() > 0 {
+                    format!(" demote_rows={}", f.direct_demote_rows())
                 } else {
                     String::new()
                 }
@@ -802,16 +814,16 @@ mod tests {
         let col = |group, format| {
             Fp8Options::dynamic(Fp8Element::E4M3, group, format, Fp8ScaleLayout::ColumnMajor)
         };
-        // The distance the kernel gets (its define), 0 where it has none.
+        // The distance the kernel gets, checked against its define: 0 where it has none.
         let demoted = |c: &KernelConfig| -> u32 {
-            let rows = c.fp8.map_or(0, |f| f.demote_rows);
+            let rows = c.fp8.map_or(0, |f| f.direct_demote_rows());
             let define = format!("#define FP8_COL_DEMOTE_ROWS {rows}\n");
-            if c.defines().contains(&define) {
-                assert!(c.describe().contains(&format!("demote_rows={rows}")));
-                rows
-            } else {
-                0
-            }
+            assert_eq!(rows > 0, c.defines().contains(&define), "{}", c.describe());
+            assert_eq!(
+                rows > 0,
+                c.describe().contains(&format!("demote_rows={rows}"))
+            );
+            rows
         };
         let f32_g128 = col(Fp8Group::G128, Fp8ScaleFormat::F32_NO_FLOOR);
         // 16384 x 16384 in groups of 128: 8 MiB of f32 scales, kept and at least an eighth
@@ -819,10 +831,10 @@ mod tests {
         // two lines of 32 rows.
         let c = fp8_config(16384, 16384, &f32_g128);
         assert!(c.fp8.is_some_and(|f| f.keep_scales && !f.split_scales));
-        assert_eq!(demoted(&c), (264 + 64), "{}", c.describe());
+        assert_eq!(demoted(&c), 264 + 64, "{}", c.describe());
         // UE8M0 codes in groups of 32 (8 MiB of bytes): lines of 128 rows.
         let c = fp8_config(16384, 16384, &col(Fp8Group::G32, Fp8ScaleFormat::UE8M0));
-        assert_eq!(demoted(&c), (264 + 256), "{}", c.describe());
+        assert_eq!(demoted(&c), 264 + 256, "{}", c.describe());
         // Kept but under an eighth of the L2 (4 MiB and 1 MiB): left kept.
         assert_eq!(demoted(&fp8_config(16384, 8192, &f32_g128)), 0);
         assert_eq!(demoted(&fp8_config(4096, 8192, &f32_g128)), 0);
