@@ -263,6 +263,7 @@ impl KernelConfig {
         let layout = p.layout();
         let swizzled = layout == Some(Fp8ScaleLayout::Swizzled);
         let column_major = layout == Some(Fp8ScaleLayout::ColumnMajor);
+        let split = column_major && aligned && !per_token && column_scales_split_wanted(p);
         let mut cfg = KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,
@@ -304,11 +305,8 @@ impl KernelConfig {
                 keep_scales: column_major
                     && aligned
                     && !per_token
-                    && column_scales_keep_wanted(p.scale_bytes_written() as u64, limits),
-                split_scales: column_major
-                    && aligned
-                    && !per_token
-                    && column_scales_split_wanted(p),
+                    && column_scales_keep_wanted(p.scale_bytes_written() as u64, split, limits),
+                split_scales: split,
                 demote_rows: 0,
             }),
             ar_ranks: 0,
@@ -753,7 +751,7 @@ mod tests {
     }
 
     #[test]
-    fn column_major_group_scales_kept_in_l2_up_to_a_quarter_of_it() {
+    fn column_major_group_scales_kept_in_l2_up_to_a_quarter_of_it_or_where_demoted() {
         if std::env::var_os("FP4NORM_FP8_SCALES_KEEP").is_some() {
             return; // the knob overrides the rule
         }
@@ -773,12 +771,15 @@ mod tests {
             assert_eq!(on, c.defines().contains("#define FP8_COL_KEEP 1\n"));
             on
         };
-        // The H200's 60 MiB of L2: up to 15 MiB of scales.
+        // The H200's 60 MiB of L2: up to 15 MiB of scales, and more where the fused kernel
+        // writes them (it demotes them from 7.5 MiB), not where the split pass does.
         assert!(kept(4096, 8192, &f32_col(Fp8Group::G32))); // 4 MiB
         assert!(kept(16384, 8192, &f32_col(Fp8Group::G64))); // 8 MiB
         assert!(kept(16384, 16384, &f32_col(Fp8Group::G128))); // 8 MiB
-        assert!(!kept(16384, 8192, &f32_col(Fp8Group::G32))); // 16 MiB
-        assert!(!kept(16384, 16384, &f32_col(Fp8Group::G64))); // 16 MiB
+        assert!(!kept(16384, 8192, &f32_col(Fp8Group::G32))); // 16 MiB, split
+        assert!(!kept(16384, 16384, &f32_col(Fp8Group::G64))); // 16 MiB, split
+        assert!(kept(16384, 32768, &f32_col(Fp8Group::G128))); // 16 MiB, direct
+        assert!(kept(32768, 32768, &f32_col(Fp8Group::G128))); // 32 MiB, direct
         let ue8m0_col = groups(
             Fp8Group::G32,
             Fp8ScaleFormat::UE8M0,
@@ -838,9 +839,11 @@ mod tests {
         // Kept but under an eighth of the L2 (4 MiB and 1 MiB): left kept.
         assert_eq!(demoted(&fp8_config(16384, 8192, &f32_g128)), 0);
         assert_eq!(demoted(&fp8_config(4096, 8192, &f32_g128)), 0);
-        // Not kept (16 MiB): never.
+        // Not kept (16 MiB staged for the split pass): never. Kept past a quarter of the L2
+        // by the direct write (16 MiB): demoted.
         let g32 = col(Fp8Group::G32, Fp8ScaleFormat::F32_NO_FLOOR);
         assert_eq!(demoted(&fp8_config(16384, 8192, &g32)), 0);
+        assert!(demoted(&fp8_config(16384, 32768, &f32_g128)) > 0);
         // Written by the split pass (8 MiB in groups of 64): not demoted there, but the
         // distance stands for a direct write, where the split is turned off (no PDL, the
         // all-reduce).

@@ -217,14 +217,27 @@ pub fn demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
 
 /// Whether an FP8 call's column-major group scales (`scale_bytes` of them, padding
 /// included) are stored with an L2 evict-last policy (`FP8_COL_KEEP` in the kernel
-/// source): where they take at most a quarter of the L2. A 32-byte sector of that layout
+/// source): up to a quarter of the L2, and at any size where the fused kernel writes them
+/// itself (`split` false), since from an eighth of the L2 it hands them back to normal
+/// eviction a wave behind ([`column_scales_demote_rows`]). A 32-byte sector of that layout
 /// holds one group of eight consecutive rows, each row's scale a store of its own from
 /// another CTA, so plain stores leave sectors part-filled in L2 while the call's rows
 /// stream through it, as the swizzled FP4 write does ([`swizzle_keep_wanted`]); kept, they
-/// fill first. Larger scales crowd out the L2 prefetch instead. The knob
-/// `FP4NORM_FP8_SCALES_KEEP` overrides the rule.
-pub fn column_scales_keep_wanted(scale_bytes: u64, limits: &DeviceLimits) -> bool {
-    knobs::fp8_scales_keep().unwrap_or(scale_bytes.saturating_mul(4) <= limits.l2_bytes)
+/// fill first. Kept to the end of the call (the split write's staged scales, or with the
+/// demotion turned off), more than a quarter of the L2 crowds out the L2 prefetch instead.
+/// The knob `FP4NORM_FP8_SCALES_KEEP` overrides the rule.
+pub fn column_scales_keep_wanted(scale_bytes: u64, split: bool, limits: &DeviceLimits) -> bool {
+    knobs::fp8_scales_keep().unwrap_or(
+        scale_bytes.saturating_mul(4) <= limits.l2_bytes
+            || (!split && column_scales_demoted(scale_bytes, limits)),
+    )
+}
+
+/// Whether kept column-major scales of `scale_bytes` are handed back to normal eviction
+/// behind the rows: from an eighth of the L2 (the knob `FP4NORM_FP8_SCALES_DEMOTE=0|1`
+/// overrides the size).
+fn column_scales_demoted(scale_bytes: u64, limits: &DeviceLimits) -> bool {
+    knobs::fp8_scales_demote().unwrap_or(scale_bytes.saturating_mul(8) >= limits.l2_bytes)
 }
 
 /// How many rows behind its own row a CTA of an FP8 call with kept column-major scales
@@ -246,7 +259,7 @@ pub fn column_scales_demote_rows(
     if !f.keep_scales || cfg.kind != KernelKind::Fused {
         return 0;
     }
-    if !knobs::fp8_scales_demote().unwrap_or(scale_bytes.saturating_mul(8) >= limits.l2_bytes) {
+    if !column_scales_demoted(scale_bytes, limits) {
         return 0;
     }
     column_demote_distance(cfg, limits)
