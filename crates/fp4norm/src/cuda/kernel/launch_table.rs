@@ -210,8 +210,7 @@ pub fn swizzle_demote_tiles(cfg: &KernelConfig, m: usize, limits: &DeviceLimits)
 /// One resident wave of `cfg`'s rows on a device with `limits`, in 128-row tiles, plus two:
 /// the distance of [`swizzle_demote_tiles`].
 pub fn demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
-    let wave = limits.sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
-        / cfg.cluster.max(1) as u64;
+    let wave = resident_wave_rows(cfg, limits);
     u32::try_from(wave.div_ceil(128) + 2).unwrap_or(u32::MAX)
 }
 
@@ -270,8 +269,7 @@ pub fn column_scales_demote_rows(
 pub fn column_demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
     let f32_scales = cfg.fp8.is_some_and(|f| f.scaling == Fp8KernelScaling::F32);
     let line_rows = if f32_scales { 32 } else { 128 };
-    let wave = limits.sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
-        / cfg.cluster.max(1) as u64;
+    let wave = resident_wave_rows(cfg, limits);
     u32::try_from(wave + 2 * line_rows).unwrap_or(u32::MAX)
 }
 
@@ -351,6 +349,13 @@ fn resident_ctas_per_sm(cfg: &KernelConfig) -> u32 {
     }
 }
 
+/// The rows one resident wave of `cfg`'s CTAs holds on a device with `limits`: what the L2
+/// prefetch looks ahead by and the demotions look behind by.
+fn resident_wave_rows(cfg: &KernelConfig, limits: &DeviceLimits) -> u64 {
+    limits.sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
+        / cfg.cluster.max(1) as u64
+}
+
 /// How many rows ahead each row's CTA prefetches x and r into L2 (the kernel's `pf_rows`;
 /// 0: none): at most one resident wave of rows, and at most the budget
 /// ([`l2_prefetch_budget_mib`]) of x and r in flight ahead. Only the 16-byte vector kernels
@@ -366,8 +371,7 @@ pub fn l2_prefetch_rows(cfg: &KernelConfig, m: usize, h: usize, limits: &DeviceL
     }
     let budget_mib = knobs::l2_prefetch_mib()
         .unwrap_or_else(|| l2_prefetch_budget_mib(m, h, cfg.holds_rows_in_registers()));
-    let wave = limits.sm_count as u64 * resident_ctas_per_sm(cfg) as u64 * cfg.rows_per_cta as u64
-        / cfg.cluster.max(1) as u64;
+    let wave = resident_wave_rows(cfg, limits);
     let row_bytes = (h as u64 * 2) * if cfg.residual { 2 } else { 1 };
     // Rows ahead stay within half the L2, so that they are still there when read.
     let budget = (budget_mib << 20).min(limits.l2_bytes / 2);
