@@ -100,6 +100,15 @@ if has tests && [ "${TESTS_EXTRA:-1}" != 0 ]; then
   grep -E "^FAIL|panicked" "$out/gpu-fp8-tests-demote.log" | head -20
   FP4NORM_FP8_SCALES_DEMOTE=1 "$bin/fp4norm" bench --device cuda --m 2050,4101 --h 8192,16384 --format fp8-group128,fp8-g32-ue8m0-column-major --copy-mib 64 > "$out/fp8-demote-check.log" 2>&1
   summary+=("FP8 sweep and checked rows with the column-major demotion forced: $(grep 'test result' "$out/gpu-fp8-tests-demote.log" | tail -1); $(tail -1 "$out/fp8-demote-check.log") ($(( $(date +%s) - start ))s)")
+  # Column-major FP8 scales are written as reductions only from 16 rows to one row per SM:
+  # the FP8 suite with them forced wherever the fused kernel writes them (every row count,
+  # several rows per CTA, the exact-sum redo's rewrite with FP4NORM_FORCE_EXACT_SUMSQ).
+  start=$(date +%s)
+  FP4NORM_FP8_SCALES_REDUCE=1 "$bin/gpu_fp8" --test-threads=3 > "$out/gpu-fp8-tests-reduce.log" 2>&1
+  grep -E "^FAIL|panicked" "$out/gpu-fp8-tests-reduce.log" | head -20
+  FP4NORM_FP8_SCALES_REDUCE=1 FP4NORM_FORCE_EXACT_SUMSQ=1 FP4NORM_CACHE_DIR=/tmp/kcache-exact "$bin/gpu_fp8" --test-threads=3 gpu_fp8_sweep > "$out/gpu-fp8-tests-reduce-exact.log" 2>&1
+  grep -E "^FAIL|panicked" "$out/gpu-fp8-tests-reduce-exact.log" | head -20
+  summary+=("FP8 tests with column-major reductions forced: $(grep 'test result' "$out/gpu-fp8-tests-reduce.log" | tail -1); with every row's exact sum too: $(grep 'test result' "$out/gpu-fp8-tests-reduce-exact.log" | tail -1) ($(( $(date +%s) - start ))s)")
   # The L2 prefetch runs only from 2^25 elements, past every sweep case: the sweeps, edge
   # cases and many-row shapes again with every row prefetching the next one (its addresses
   # in every kernel).

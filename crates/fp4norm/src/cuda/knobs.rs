@@ -159,6 +159,19 @@ pub(crate) fn fp8_scales_keep() -> Option<bool> {
     )
 }
 
+/// `FP4NORM_FP8_SCALES_REDUCE=0|1`: FP8 column-major group scales stored (0) or written as
+/// one reduction each from the old bytes loaded at the kernel's start (1), where the fused
+/// kernel writes them itself.
+pub(crate) fn fp8_scales_reduce() -> Option<bool> {
+    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
+    switch_knob_once(
+        &KNOB,
+        "FP4NORM_FP8_SCALES_REDUCE",
+        "column-major FP8 scales written as reductions",
+        "column-major FP8 scales stored",
+    )
+}
+
 /// `FP4NORM_FP8_SCALES_DEMOTE=0|1`: FP8 column-major scales kept by the direct write left
 /// evict-last to the end of the call (0) or handed back to normal eviction a resident wave
 /// and two lines of rows behind (1).

@@ -234,6 +234,23 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
         let dtype = if j % 2 == 1 { DType::F16 } else { DType::BF16 };
         out.push(vary(base(dtype, m, h, Fp8Element::E4M3, s[k])));
     }
+    // Column-major group scales at decode rows, written as reductions from 16 rows to one
+    // row per SM: over clusters (H = 4096, 8192, 16384), four rows per CTA (131 rows of
+    // 256), and UE8M0 padding rows sharing a 32-bit word with the last rows (M = 17, 131).
+    for (j, (m, h, k)) in [
+        (16usize, 4096usize, 5usize),
+        (17, 8192, 7),
+        (64, 16384, 11),
+        (131, 256, 7),
+        (130, 1024, 13),
+        (19, 4096, 15),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dtype = if j % 2 == 1 { DType::F16 } else { DType::BF16 };
+        out.push(vary(base(dtype, m, h, Fp8Element::E4M3, s[k])));
+    }
     // Special per-tensor scales: 0 (inv = +Inf) and a NaN scale, by value and from memory.
     for (scale, in_memory) in [(0.0f32, true), (f32::NAN, false), (1e-30, true)] {
         let mut c = base(

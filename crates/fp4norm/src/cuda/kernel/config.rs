@@ -3,8 +3,9 @@
 
 use super::launch_table::{
     column_demote_distance, column_scales_demote_rows, column_scales_keep_wanted,
-    column_scales_split_wanted, demote_distance, launch_shape, pad_ctas_wanted, pad_spread_wanted,
-    shape_fits, swizzle_demote_tiles, swizzle_keep_wanted, swizzle_split_wanted,
+    column_scales_reduce_wanted, column_scales_split_wanted, demote_distance, launch_shape,
+    pad_ctas_wanted, pad_spread_wanted, shape_fits, swizzle_demote_tiles, swizzle_keep_wanted,
+    swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -76,6 +77,11 @@ pub struct Fp8Spec {
     /// direct write only: defined only when nonzero and not `split_scales`, so other
     /// cubins are unchanged.
     pub demote_rows: u32,
+    /// Column-major group scales written as one reduction each, from their old bytes loaded
+    /// at the kernel's start (`FP8_COL_RED`; `column_scales_reduce_wanted`), by the direct
+    /// write only: defined only when set and not `split_scales`, so other cubins are
+    /// unchanged.
+    pub reduce_scales: bool,
 }
 
 impl Fp8Spec {
@@ -87,6 +93,12 @@ impl Fp8Spec {
         } else {
             self.demote_rows
         }
+    }
+
+    /// Whether the kernel writes its scales as reductions: `reduce_scales` where the fused
+    /// kernel writes them itself, not where the split pass does.
+    pub fn direct_reduce_scales(&self) -> bool {
+        self.reduce_scales && !self.split_scales
     }
 }
 
@@ -308,6 +320,15 @@ impl KernelConfig {
                     && column_scales_keep_wanted(p.scale_bytes_written() as u64, split, limits),
                 split_scales: split,
                 demote_rows: 0,
+                reduce_scales: column_major
+                    && aligned
+                    && !per_token
+                    && !split
+                    && column_scales_reduce_wanted(
+                        p.m,
+                        matches!(p.scale_format(), Some(Fp8ScaleFormat::F32 { .. })) && block <= 64,
+                        limits,
+                    ),
             }),
             ar_ranks: 0,
             ar_peer: false,
@@ -523,6 +544,10 @@ impl KernelConfig {
                 "#define FP8_COL_SPLIT 1\n"
             } else {
                 ""
+            } + if f.direct_reduce_scales() {
+                "#define FP8_COL_RED 1\n"
+            } else {
+                ""
             } + &if self.h % 8 != 0 {
                 format!("#define FP8_TAIL {}\n", self.h % 8)
             } else {
@@ -615,13 +640,18 @@ impl KernelConfig {
         ) + &match self.fp8 {
             None => String::new(),
             Some(f) => format!(
-                " fp8={} {:?} per_token={} col_major={}{}{}{}",
+                " fp8={} {:?} per_token={} col_major={}{}{}{}{}",
                 if f.e5m2 { "e5m2" } else { "e4m3" },
                 f.scaling,
                 f.per_token,
                 f.column_major,
                 if f.keep_scales { " keep_scales" } else { "" },
                 if f.split_scales { " split_scales" } else { "" },
+                if f.direct_reduce_scales() {
+                    " reduce_scales"
+                } else {
+                    ""
+                },
                 if f.direct_demote_rows() > 0 {
                     format!(" demote_rows={}", f.direct_demote_rows())
                 } else {
@@ -801,6 +831,70 @@ mod tests {
             Fp8ScaleLayout::ColumnMajor,
         );
         assert!(!kept(4096, 8192, &token_col));
+    }
+
+    #[test]
+    fn column_major_f32_group_scales_are_reductions_from_16_rows_to_one_row_per_sm() {
+        if std::env::var_os("FP4NORM_FP8_SCALES_REDUCE").is_some() {
+            return; // the knob overrides the rule
+        }
+        use crate::fp8::{Fp8Element, Fp8Group, Fp8Options, Fp8ScaleFormat, Fp8ScaleLayout};
+        let groups =
+            |group, format, layout| Fp8Options::dynamic(Fp8Element::E4M3, group, format, layout);
+        let reduced = |m, h, o: &Fp8Options| {
+            let c = fp8_config(m, h, o);
+            let on = c.fp8.is_some_and(|f| f.reduce_scales);
+            assert_eq!(on, c.defines().contains("#define FP8_COL_RED 1\n"));
+            assert_eq!(on, c.describe().contains(" reduce_scales"));
+            on
+        };
+        let f32_col = groups(
+            Fp8Group::G32,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        let f32_g64_col = groups(
+            Fp8Group::G64,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        let f32_g128_col = groups(
+            Fp8Group::G128,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        let ue8m0_col = groups(
+            Fp8Group::G32,
+            Fp8ScaleFormat::UE8M0,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        // The H200's 132 SMs: 16 to 132 rows, f32 scales in groups of 32 or 64 only.
+        assert!(reduced(16, 8192, &f32_g64_col));
+        assert!(!reduced(16, 8192, &f32_g128_col));
+        assert!(!reduced(1, 4096, &f32_col));
+        assert!(!reduced(15, 4096, &f32_col));
+        assert!(reduced(16, 4096, &f32_col));
+        assert!(reduced(132, 8192, &f32_col));
+        assert!(!reduced(133, 8192, &f32_col));
+        assert!(!reduced(4096, 8192, &f32_col));
+        for m in [1, 16, 132, 4096] {
+            assert!(!reduced(m, 4096, &ue8m0_col));
+        }
+        // Only column-major group scales.
+        let row = groups(
+            Fp8Group::G128,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::RowMajor,
+        );
+        assert!(!reduced(16, 4096, &row));
+        assert!(!reduced(16, 4096, &Fp8Options::mxfp8()));
+        assert!(!reduced(16, 4096, &Fp8Options::per_token(Fp8Element::E4M3)));
+        let token_col = groups(
+            Fp8Group::PerToken,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        assert!(!reduced(16, 4096, &token_col));
     }
 
     #[test]

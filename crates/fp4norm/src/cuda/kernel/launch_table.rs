@@ -214,6 +214,25 @@ pub fn demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
     u32::try_from(wave.div_ceil(128) + 2).unwrap_or(u32::MAX)
 }
 
+/// Whether an FP8 call of `m` rows, whose fused kernel writes its column-major group scales
+/// itself, writes each as one reduction (`FP8_COL_RED` in the kernel source): adding (new -
+/// old) to the bytes it loaded at its start. With f32 scales in groups of 32 or 64
+/// (`f32_small_groups`), from 16 rows up to one row per SM: there the eight rows that
+/// share a 32-byte sector run at once on different SMs and their partial stores wait on
+/// each other in L2, which merges reductions instead. With fewer rows a sector has fewer
+/// writers and the extra load costs what it saves; with many rows (a row's CTA a wave
+/// after its neighbours') the reductions cost more than the stores; groups of 128 (fewer
+/// scales a row) and UE8M0 codes (four rows to a 32-bit word) measured even or slower at
+/// 16 rows of 8192. The knob `FP4NORM_FP8_SCALES_REDUCE` overrides the rule.
+pub fn column_scales_reduce_wanted(
+    m: usize,
+    f32_small_groups: bool,
+    limits: &DeviceLimits,
+) -> bool {
+    knobs::fp8_scales_reduce()
+        .unwrap_or(f32_small_groups && m >= 16 && m <= limits.sm_count.max(1) as usize)
+}
+
 /// Whether an FP8 call's column-major group scales (`scale_bytes` of them, padding
 /// included) are stored with an L2 evict-last policy (`FP8_COL_KEEP` in the kernel
 /// source): up to a quarter of the L2, and at any size where the fused kernel writes them

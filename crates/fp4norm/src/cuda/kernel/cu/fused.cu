@@ -611,6 +611,46 @@ __device__ __forceinline__ void fp8_group_scale(const Fp4NormParams& p, float am
 #endif
 }
 
+#if defined(FP8_COL_RED)
+#if !FP8_COL_MAJOR || defined(FP8_COL_SPLIT) || !FP4_VEC_ALIGNED || FP8_PER_TOKEN || FP8_SCALING == 0
+#error "FP8_COL_RED: column-major group scales written directly, aligned buffers"
+#endif
+// Column-major scales written as one reduction each (launch_table.rs,
+// column_scales_reduce_wanted): the scale's old bytes, loaded at the kernel's start off
+// the row's path, are replaced by adding (new - old) to its aligned 32-bit word. The L2
+// merges reductions from the rows that share a sector, arriving at once, where partial
+// stores wait on each other. Exact: no other thread writes the scale, and the sum leaves
+// the word's other bytes (other rows' UE8M0 codes, which change the same way) alone. Every
+// access to such a word is a strong 32-bit operation, so none races.
+__device__ __forceinline__ u32* col_scale_word(const Fp4NormParams& p, i64 row, int g, u32& shift) {
+    const i64 at = (i64)g * ((p.m + 3) & ~3ll) + row;
+#if FP8_SCALING == 1
+    shift = 0;
+    return reinterpret_cast<u32*>(p.sf_row_major) + at;
+#else
+    const u64 b = (u64)(p.sf_row_major + at);
+    shift = 8 * (u32)(b & 3);
+    return reinterpret_cast<u32*>(b & ~(u64)3);
+#endif
+}
+__device__ __forceinline__ u32 load_old_scale(const Fp4NormParams& p, i64 row, int g) {
+    u32 shift, v;
+    const u32* a = col_scale_word(p, row, g, shift);
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(a) : "memory");
+    return FP8_SCALING == 1 ? v : (v >> shift) & 0xFFu;
+}
+__device__ __forceinline__ void reduce_scale(const Fp4NormParams& p, i64 row, int g, u32 written, u32 old) {
+    u32 shift;
+    u32* a = col_scale_word(p, row, g, shift);
+    const u32 d = (written - old) << shift;
+#if defined(FP8_COL_KEEP)
+    asm volatile("red.relaxed.gpu.global.add.L2::cache_hint.u32 [%0], %1, %2;" :: "l"(a), "r"(d), "l"(l2_evict_last_policy()) : "memory");
+#else
+    asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" :: "l"(a), "r"(d) : "memory");
+#endif
+}
+#endif
+
 // Scale (row, g) at its place in a row-major or column-major layout.
 __device__ __forceinline__ void store_group_scale(const Fp4NormParams& p, i64 row, int g, u32 written) {
 #if FP8_COL_MAJOR
@@ -625,6 +665,12 @@ __device__ __forceinline__ void store_group_scale(const Fp4NormParams& p, i64 ro
 #endif
 #else
     const i64 at = row * NB + g;
+#endif
+#if defined(FP8_COL_RED) && FP8_SCALING != 1
+    // (The padding rows and the exact-sum redo: a UE8M0 code shares its word with other
+    // rows' reductions.)
+    reduce_scale(p, row, g, written, load_old_scale(p, row, g));
+    return;
 #endif
 #if defined(FP8_COL_KEEP) && FP8_SCALING == 1
     // Kept in L2 until the eight rows of its sector are in (launch_table.rs,
@@ -735,8 +781,9 @@ __device__ __forceinline__ float cluster_max(float v) {
 
 // Pass 2 of one row for FP8: y, the scale(s), the codes. Arguments as the FP4 pass2_row's.
 template <bool FROM_MEMORY>
+// old_scale: FP8_COL_RED's old scale bytes, one per vector that starts a group.
 __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int lane, int v0, float rstd, float gs,
-                                          const uint4* hv, const uint4* wv) {
+                                          const uint4* hv, const uint4* wv, const u32* old_scale = nullptr) {
     const u16* hrow = h_row(p, row);
     u8* q_lane = p.q + row * (i64)FP4_H + (v0 + lane) * 8;
     asm volatile("" : "+l"(q_lane));
@@ -817,6 +864,11 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         if (v % VPB == 0) {
 #if FP4_SWIZZLED
             if ((v / VPB) % 4 == 0) store_sf4(sw_lane + k * (FP4_G / (4 * VPB)) * 512, word);
+#elif defined(FP8_COL_RED)
+            if (FROM_MEMORY)
+                store_group_scale(p, row, v / VPB, written);
+            else
+                reduce_scale(p, row, v / VPB, written, old_scale[k]);
 #else
             store_group_scale(p, row, v / VPB, written);
 #endif
@@ -1131,6 +1183,18 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             }
         }
 
+#if defined(FP8_COL_RED)
+        // The old bytes of the scales this thread writes (see reduce_scale).
+        u32 old_scale[VPT];
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const int lv = lane + k * FP4_G;
+            old_scale[k] = (live && lv < NVC && (v0 + lv) % VPB == 0) ? load_old_scale(p, row, (v0 + lv) / VPB) : 0u;
+        }
+#define PASS2_OLD_SCALE , old_scale
+#else
+#define PASS2_OLD_SCALE
+#endif
 #if __CUDA_ARCH__ >= 900
         // This CTA's first loads are issued: let the next kernel (if launched with PDL) get
         // scheduled. It still waits for this grid's completion before it reads anything.
@@ -1256,9 +1320,9 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
             // fails the tests. Constant-folded away otherwise.
             const float rstd_pass2 = (FP4_FORCE_EXACT_SUMSQ && mine_undecided) ? __fmul_rn(rstd, 1.5f) : rstd;
 #if PREFETCH_W
-            pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, wv);
+            pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, wv PASS2_OLD_SCALE);
 #else
-            pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, nullptr);
+            pass2_row<false>(p, row, lane, v0, rstd_pass2, gs, hv, nullptr PASS2_OLD_SCALE);
 #endif
 #if defined(FP4_SWZ_DEMOTE_TILES) && FP4_SWIZZLED && !FP4_SWZ_SPLIT && FP4_SWZ_KEEP && FP4_VEC_ALIGNED
             if (v0 == 0 && row >= 128 * (i64)FP4_SWZ_DEMOTE_TILES) demote_kept_tile(p.sf_swizzled, row, lane);
