@@ -234,9 +234,11 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
         let dtype = if j % 2 == 1 { DType::F16 } else { DType::BF16 };
         out.push(vary(base(dtype, m, h, Fp8Element::E4M3, s[k])));
     }
-    // Column-major group scales at decode rows, written as reductions from 16 rows to one
-    // row per SM: over clusters (H = 4096, 8192, 16384), four rows per CTA (131 rows of
-    // 256), and UE8M0 padding rows sharing a 32-bit word with the last rows (M = 17, 131).
+    // Column-major group scales at decode rows (16 to 131): the rule writes f32 scales in
+    // groups of 32 and 64 there as reductions (16 x 4096); with the reductions forced
+    // (`gpu-check.sh tests`) every case does: over clusters (H = 4096, 8192, 16384), four
+    // rows per CTA (131 rows of 256), UE8M0 padding rows sharing a 32-bit word with the
+    // last rows (M = 17, 19, 131).
     for (j, (m, h, k)) in [
         (16usize, 4096usize, 5usize),
         (17, 8192, 7),

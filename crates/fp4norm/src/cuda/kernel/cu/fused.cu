@@ -779,9 +779,9 @@ __device__ __forceinline__ float cluster_max(float v) {
 #endif
 #endif
 
-// Pass 2 of one row for FP8: y, the scale(s), the codes. Arguments as the FP4 pass2_row's.
+// Pass 2 of one row for FP8: y, the scale(s), the codes. Arguments as the FP4 pass2_row's,
+// and old_scale: FP8_COL_RED's old scale bytes, one per vector that starts a group.
 template <bool FROM_MEMORY>
-// old_scale: FP8_COL_RED's old scale bytes, one per vector that starts a group.
 __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int lane, int v0, float rstd, float gs,
                                           const uint4* hv, const uint4* wv, const u32* old_scale = nullptr) {
     const u16* hrow = h_row(p, row);
