@@ -217,30 +217,23 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
             out.push(vary(base(dtype, m, h, element, scaling)));
         }
     }
-    // Column-major group scales of many rows (stored evict-last in L2): the layout's
-    // padding rows among the last four (M not a multiple of 4), rows of one CTA of several
-    // warps, of a cluster (H = 8192, 16384), several rows per CTA (H = 1024), f32 and UE8M0.
+    // Column-major group scales, f32 and UE8M0 (dtypes alternating over the list).
     for (j, (m, h, k)) in [
+        // Many rows (stored evict-last in L2): the layout's padding rows among the last
+        // four (M not a multiple of 4), rows of one CTA of several warps, of a cluster
+        // (H = 8192, 16384), several rows per CTA (H = 1024).
         (301usize, 8192usize, 5usize),
         (1027, 4096, 15),
         (134, 1024, 11),
         (502, 16384, 7),
         (300, 2048, 13),
         (1000, 1024, 9),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let dtype = if j % 2 == 1 { DType::F16 } else { DType::BF16 };
-        out.push(vary(base(dtype, m, h, Fp8Element::E4M3, s[k])));
-    }
-    // Column-major group scales at decode rows (16 to 131): the rule writes f32 scales in
-    // groups of 32 and 64 there as reductions (16 x 4096); with the reductions forced
-    // (`gpu-check.sh tests`) every case does: over clusters (H = 4096, 8192, 16384), four
-    // rows per CTA (131 rows of 256), UE8M0 padding rows sharing a 32-bit word with the
-    // last rows (M = 17, 19, 131).
-    for (j, (m, h, k)) in [
-        (16usize, 4096usize, 5usize),
+        // Decode rows (16 to 131): the rule writes f32 scales in groups of 32 and 64 there
+        // as reductions (16 x 4096); with the reductions forced (`gpu-check.sh tests`)
+        // every case does: over clusters (H = 4096, 8192, 16384), four rows per CTA (131
+        // rows of 256), UE8M0 padding rows sharing a 32-bit word with the last rows
+        // (M = 17, 19, 131).
+        (16, 4096, 5),
         (17, 8192, 7),
         (64, 16384, 11),
         (131, 256, 7),
