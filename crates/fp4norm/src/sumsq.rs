@@ -54,6 +54,41 @@ pub fn rstd_if_decided(s: f64, depth: usize, h: usize, eps: f32) -> Option<f32> 
     decided.then_some(t as f32)
 }
 
+/// The largest relative error of the f32 `rsqrt` seed that [`rstd_by_seed`] allows: the GPU
+/// codec self-check proves the hardware's `rsqrt.approx.ftz.f32` within it on every f32 of
+/// `[2^-120, 2^120]`, or the device gets the literal path (the IEEE chain).
+pub const RSTD_SEED_MAX_REL_ERROR: f64 = 1.0 / (1u64 << 22) as f64;
+
+/// How far, in f64 ulps, [`rstd_by_seed`] may land from [`rstd_f64`] on the same sum: the GPU
+/// kernels that decide a row by it widen [`rstd_if_decided`]'s margin by this much.
+pub const RSTD_SEED_MARGIN_ULPS: u64 = 4;
+
+/// The f64 rstd by which the GPU kernels decide a row where the fast paths run (`fused.cu`,
+/// `rstd_checked`): a shorter chain on the row's latency path than [`rstd_f64`]'s correctly
+/// rounded square root and division. `mean = RN64(s · RN64(1/H) + eps)` (one fma),
+/// `r0 = seed(RN32(mean))`, `e = RN64(1 − mean · r0²)` (`r0²` is exact, `r0` having 24 bits),
+/// then `1/sqrt(mean) = r0 (1 − e)^(-1/2)` to second order:
+/// `t = RN64(RN64(r0 e) · RN64(e · 3/8 + 1/2) + r0)` (fmas). `None` where the kernels take
+/// the IEEE chain instead: `s` not positive and finite, or `mean` outside `[2^-120, 2^120]`.
+///
+/// Within [`RSTD_SEED_MARGIN_ULPS`] of `rstd_f64(s)` for a seed within
+/// [`RSTD_SEED_MAX_REL_ERROR`]: with the f32 rounding of `mean`, `|e| < 2^-20.8`, so the
+/// series' remainder, about `5/16 |e|³`, is under `2^-64` relative (a hundredth of an ulp);
+/// the final rounding adds half an ulp and `e`'s and the product's roundings far less;
+/// `rstd_f64`'s own roundings and its twice-rounded mean (where H is not a power of two) add
+/// under 2.5: under 3.1 ulps. (One Newton step instead, `1.5 e²`, would be 973 ulps, and
+/// would send 20 times as many rows to the exact sum.) The tests check it with seeds at the
+/// bound.
+pub fn rstd_by_seed(s: f64, h: usize, eps: f32, seed: impl Fn(f32) -> f32) -> Option<f64> {
+    let mean = s.mul_add(1.0 / h as f64, f64::from(eps));
+    if !(s > 0.0 && s.is_finite() && (2f64.powi(-120)..=2f64.powi(120)).contains(&mean)) {
+        return None;
+    }
+    let r0 = f64::from(seed(mean as f32));
+    let e = (-mean).mul_add(r0 * r0, 1.0);
+    Some((r0 * e).mul_add(e.mul_add(0.375, 0.5), r0))
+}
+
 /// The exact sum of `h_i²` over the row (the values widened to f32, exactly), rounded once to f64 (round to nearest, ties
 /// to even): NaN if any `h_i` is NaN, else +Inf if any is infinite.
 ///
@@ -174,6 +209,70 @@ mod tests {
     use super::*;
     use crate::Element;
     use half::{bf16, f16};
+
+    /// An f32 seed of `1/sqrt(x)` with relative error `k · 2^-22` (|k| ≤ 1), kept within
+    /// the bound after its rounding to f32.
+    fn seed_at(x: f32, k: f64) -> f32 {
+        let exact = 1.0 / f64::from(x).sqrt();
+        let rel = |v: f32| (f64::from(v) / exact - 1.0).abs();
+        let mut v = (exact * (1.0 + k * RSTD_SEED_MAX_REL_ERROR)) as f32;
+        while rel(v) > RSTD_SEED_MAX_REL_ERROR {
+            v = if f64::from(v) > exact {
+                f32::from_bits(v.to_bits() - 1)
+            } else {
+                f32::from_bits(v.to_bits() + 1)
+            };
+        }
+        v
+    }
+
+    fn ulps_apart(a: f64, b: f64) -> u64 {
+        (a.to_bits() as i64).abs_diff(b.to_bits() as i64)
+    }
+
+    /// The seed's second-order step lands within the margin of the IEEE chain for seeds
+    /// anywhere in the allowed error, at its ends too, over the range of sums, powers of two
+    /// and other H, and the eps values in use.
+    #[test]
+    fn rstd_by_seed_stays_within_its_margin() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed_0007);
+        let mut worst = 0u64;
+        for &h in &[1usize, 16, 2048, 3584, 4096, 5120, 7168, 8192, 32768] {
+            for &eps in &[0.0f32, 1e-6, 1e-5] {
+                for _ in 0..4000 {
+                    let s = 2f64.powf(rng.random_range(-90.0..100.0)) * h as f64;
+                    let t = rstd_f64(s, h, eps);
+                    for k in [
+                        -1.0,
+                        -0.9999,
+                        -0.5,
+                        0.0,
+                        0.5,
+                        0.9999,
+                        1.0,
+                        rng.random_range(-1.0..1.0),
+                    ] {
+                        let Some(got) = rstd_by_seed(s, h, eps, |x| seed_at(x, k)) else {
+                            continue;
+                        };
+                        let d = ulps_apart(got, t);
+                        assert!(
+                            d <= RSTD_SEED_MARGIN_ULPS,
+                            "s {s:e}, H {h}, eps {eps:e}, seed error {k} x 2^-22: {d} ulps"
+                        );
+                        worst = worst.max(d);
+                    }
+                }
+            }
+        }
+        eprintln!("the seed's second-order step: at most {worst} ulps from the IEEE chain");
+        assert!(worst >= 1, "never an ulp apart: the comparison is off");
+        // Outside the seed's range the kernels take the IEEE chain.
+        assert!(rstd_by_seed(0.0, 4096, 1e-6, |x| seed_at(x, 0.0)).is_none());
+        assert!(rstd_by_seed(f64::NAN, 4096, 1e-6, |x| seed_at(x, 0.0)).is_none());
+        assert!(rstd_by_seed(1e300, 4096, 1e-6, |x| seed_at(x, 0.0)).is_none());
+    }
 
     fn exact<T: Element>(row: &[T]) -> f64 {
         exact_sum_of_squares(row.iter().map(|v| v.to_f32()))

@@ -125,11 +125,39 @@ fn gen_values<T: Element>(
                 Fill::Ties => {
                     [0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -2.5, 6.0][i % 10] * scale
                 }
-                Fill::SumOrder => 0.0, // host_case writes the rows
+                Fill::SumOrder | Fill::RstdEdge => 0.0, // host_case writes the rows
             };
             T::round_from_f32(v)
         })
         .collect()
+}
+
+/// Fills `row` (uniform in ±3) so that its rstd on the exact sum lies within
+/// `RSTD_EDGE_ULPS` f64 ulps of an f32 rounding midpoint: one element at a time is redrawn
+/// until the row's f64 sum lands there (about 2^28 / RSTD_EDGE_ULPS draws, a few ms).
+fn rstd_edge_row<T: Element>(row: &mut [T], eps: f32, rng: &mut rand::rngs::StdRng) {
+    use fp4norm::sumsq::{exact_sum_of_squares, rstd_f64};
+    let h = row.len();
+    let to_midpoint = |t: f64| (t.to_bits() & ((1u64 << 29) - 1)).abs_diff(1u64 << 28);
+    let draw = |rng: &mut rand::rngs::StdRng| T::round_from_f32(rng.random_range(-3.0f32..3.0));
+    loop {
+        row.iter_mut().for_each(|v| *v = draw(rng));
+        let sq: Vec<f64> = row.iter().map(|v| f64::from(v.to_f32()).powi(2)).collect();
+        let s0: f64 = sq.iter().sum();
+        for _ in 0..(1usize << 22) {
+            let i = rng.random_range(0..h);
+            let v = draw(rng);
+            let s = s0 - sq[i] + f64::from(v.to_f32()).powi(2);
+            if to_midpoint(rstd_f64(s, h, eps)) < sweep::RSTD_EDGE_ULPS {
+                row[i] = v;
+                let exact = exact_sum_of_squares(row.iter().map(|v| v.to_f32()));
+                if to_midpoint(rstd_f64(exact, h, eps)) < 2 * sweep::RSTD_EDGE_ULPS {
+                    return;
+                }
+                break;
+            }
+        }
+    }
 }
 
 fn host_case<T: Element>(c: &Case, rng: &mut rand::rngs::StdRng) -> HostCase<T> {
@@ -154,6 +182,16 @@ fn host_case<T: Element>(c: &Case, rng: &mut rand::rngs::StdRng) -> HostCase<T> 
                 x[row * xs + (row * 37 + j) % h] = T::round_from_f32(v);
             }
         }
+        r.iter_mut().for_each(|v| *v = T::round_from_f32(0.0));
+    }
+    if matches!(c.fill, Fill::RstdEdge) {
+        use rayon::prelude::*;
+        assert!(!c.special_rows);
+        let seeds: Vec<u64> = (0..m).map(|_| rng.random()).collect();
+        x.par_chunks_mut(xs).zip(seeds).for_each(|(row, seed)| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            rstd_edge_row(&mut row[..h], c.eps, &mut rng);
+        });
         r.iter_mut().for_each(|v| *v = T::round_from_f32(0.0));
     }
     // Rows with special content: a zero row, a NaN row, an Inf row (SPEC.md edge cases).

@@ -117,6 +117,12 @@ pub struct CodecSelfCheck {
     pub fp8_ue8m0_code_mismatches: u64,
     /// The lowest such input.
     pub fp8_ue8m0_code_first: Option<u32>,
+    /// Inputs of `[2^-120, 2^120]` whose rsqrt seed (the fused kernel's first step to a
+    /// row's rstd) is farther than [`crate::sumsq::RSTD_SEED_MAX_REL_ERROR`] from
+    /// `1/sqrt(x)`, the error that kernel's decision margin allows.
+    pub rsqrt_seed_mismatches: u64,
+    /// The lowest such input.
+    pub rsqrt_seed_first: Option<u32>,
 }
 
 impl CodecSelfCheck {
@@ -129,6 +135,7 @@ impl CodecSelfCheck {
             && self.ue8m0_code_mismatches == 0
             && self.fp8_encode_mismatches == 0
             && self.fp8_ue8m0_code_mismatches == 0
+            && self.rsqrt_seed_mismatches == 0
     }
 }
 
@@ -714,7 +721,8 @@ impl Gpu {
     /// Runs the fused kernel's fast codec paths (the FPU-rounding E2M1 encoder, the
     /// hardware E4M3 conversions, the block scales' division by 6 and UE8M0 code, and the
     /// FP8 groups' UE8M0 code, without division routines) against the literal SPEC.md
-    /// encoders on every f32 input and every E4M3 code, on this device; synchronises
+    /// encoders on every f32 input and every E4M3 code, and its rsqrt seed against the
+    /// error its rstd decision allows, on this device; synchronises
     /// `stream`. A check for tests and `fp4norm verify`, not for inference: well under a
     /// second on an H200, the kernel's load or compilation included.
     pub fn codec_self_check(&self, stream: &Arc<CudaStream>) -> Result<CodecSelfCheck, Error> {
@@ -735,6 +743,8 @@ impl Gpu {
             fp8_encode_first: first(r[10]),
             fp8_ue8m0_code_mismatches: r[11] as u64,
             fp8_ue8m0_code_first: first(r[12]),
+            rsqrt_seed_mismatches: r[13] as u64,
+            rsqrt_seed_first: first(r[14]),
         })
     }
 

@@ -828,13 +828,13 @@ pub(crate) unsafe fn launch_dequant(
 pub(crate) fn run_codec_check(
     gpu: &Gpu,
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
-) -> Result<[u32; 13], Error> {
+) -> Result<[u32; 15], Error> {
     let f = gpu.kernels.get(
         &gpu.ctx,
         &gpu.arch,
         &KernelConfig::shapeless(KernelKind::CodecCheck),
     )?;
-    let init: [u32; 13] = [
+    let init: [u32; 15] = [
         0,
         u32::MAX,
         0,
@@ -842,6 +842,8 @@ pub(crate) fn run_codec_check(
         0,
         u32::MAX,
         0,
+        0,
+        u32::MAX,
         0,
         u32::MAX,
         0,
@@ -858,7 +860,7 @@ pub(crate) fn run_codec_check(
     };
     let mut args = [&mut ptr as *mut u64 as *mut c_void];
     // SAFETY: one argument matching fp4norm_codec_check's signature, a live allocation of
-    // thirteen u32 on this device.
+    // fifteen u32 on this device.
     unsafe {
         launch(
             gpu,

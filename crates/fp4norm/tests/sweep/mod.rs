@@ -24,7 +24,17 @@ pub enum Fill {
     /// that each row's large values sit in other threads; residual 0, weight 1. Use with
     /// `gs = ORDER_CASE_GS`.
     SumOrder,
+    /// Every row's rstd (SPEC.md §1.3, on the exact sum) within `RSTD_EDGE_ULPS` f64 ulps of
+    /// an f32 rounding midpoint: about a quarter inside the kernels' decision margin (the
+    /// exact sum), the rest just outside it, where the f64 sum (and, on the fast path, the
+    /// rsqrt seed's Newton step: `sumsq::rstd_by_seed`) decides. Residual 0.
+    RstdEdge,
 }
+
+/// How near an f32 rounding midpoint `Fill::RstdEdge` puts each row's rstd, in f64 ulps: a
+/// few times the kernels' margin (`fused.cu`, `rstd_checked`: the sum's depth + 16 +
+/// `sumsq::RSTD_SEED_MARGIN_ULPS`, 35 to about 80 ulps in these shapes).
+pub const RSTD_EDGE_ULPS: u64 = 256;
 
 /// The global scale of the order case (0.09961094707...): with it, the element-order sum's
 /// rstd and the exact sum's give different block scales (0x39 / 0x38).
@@ -301,6 +311,24 @@ pub fn edge_cases() -> Vec<Case> {
                     c11.gs = ORDER_CASE_GS;
                     c11.residual = residual;
                     out.push(c11);
+                }
+            }
+            // Rows whose rstd sits next to an f32 rounding midpoint, in every launch regime:
+            // one row over a cluster, 16 rows, 130 rows (one CTA of several warps each) and
+            // 300 rows of several per CTA; H a power of two and not (the seed path's mean
+            // is one fma).
+            // NVFP4 in bf16, MXFP4 in f16: the decision does not depend on the format.
+            if (dtype == DType::BF16) == (i == 0) {
+                for (m, h, residual) in [
+                    (1usize, 4096usize, true),
+                    (16, 8192, false),
+                    (130, 7168, true),
+                    (300, 2048, true),
+                ] {
+                    let mut c12 = Case::new(dtype, m, h, format, ScaleLayout::Both);
+                    c12.fill = Fill::RstdEdge;
+                    c12.residual = residual;
+                    out.push(c12);
                 }
             }
             // A global scale so small that gs / d rounds to 0 next to ±Inf values:

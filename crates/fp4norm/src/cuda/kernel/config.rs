@@ -488,10 +488,17 @@ impl KernelConfig {
             b(self.swizzle_keep),
             b(self.holds_rows_in_registers()),
             self.min_ctas_per_sm(),
-        ) + if self.literal_codecs {
-            "#define FP4_LITERAL_CODECS 1\n"
+        ) + &if self.literal_codecs {
+            "#define FP4_LITERAL_CODECS 1\n".to_string()
+        } else if self.kind == KernelKind::Fused {
+            // The fast path's rstd (fused.cu, rstd_checked): the seed the codec self-check
+            // proves, and the margin that covers its Newton step.
+            format!(
+                "#define FP4_RSTD_SEED_ULPS {}\n",
+                crate::sumsq::RSTD_SEED_MARGIN_ULPS
+            )
         } else {
-            ""
+            String::new()
         } + if self.weight_bias {
             "#define FP4_WBIAS 1\n"
         } else {

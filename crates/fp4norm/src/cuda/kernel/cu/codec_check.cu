@@ -15,8 +15,11 @@
 // fp8x2_encode<_, true>, against the literal encoders, every input in both halves of the
 // pair), [10] lowest mismatching input, [11] FP8 UE8M0 group-scale code mismatches
 // (ue8m0_code_of_quotient against ue8m0_ceil_code(__fdiv_rn(x, D)), D = 448 and 57344, on
-// every x >= +0 and NaN), [12] lowest mismatching input. The host zeroes [0], [2], [4],
-// [6], [7], [9], [11] and sets [1], [3], [5], [8], [10], [12] to ~0.
+// every x >= +0 and NaN), [12] lowest mismatching input, [13] inputs x of [2^-120, 2^120]
+// whose rsqrt seed (rsqrt.approx.ftz.f32, the fused kernel's rstd_checked) is farther than
+// 2^-22 from 1/sqrt(x) (sumsq.rs, RSTD_SEED_MAX_REL_ERROR), [14] the lowest such input. The
+// host zeroes [0], [2], [4], [6], [7], [9], [11], [13] and sets [1], [3], [5], [8], [10],
+// [12], [14] to ~0.
 
 #include "common.cuh"
 
@@ -73,6 +76,18 @@ extern "C" __global__ void __launch_bounds__(256) fp4norm_codec_check(u32* resul
                     || ue8m0_code_of_quotient<15, 0x600000u>(v) != ue8m0_ceil_code(__fdiv_rn(v, 57344.0f)))) {
                 atomicAdd(&result[11], 1u);
                 atomicMin(&result[12], bits);
+            }
+            // The rsqrt seed: r0^2 x - 1 = (1 + e)^2 - 1 for a relative error e of r0, with
+            // r0^2 exact in f64 and one rounding after the exact product; |e| <= 2^-22 is
+            // -2^-21 + 2^-44 <= r0^2 x - 1 <= 2^-21 + 2^-44 (both bounds exact in f64).
+            if (v >= 0x1p-120f && v <= 0x1p120f) {
+                float r0;
+                asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(v));
+                const double q = __fma_rn((double)r0 * (double)r0, (double)v, -1.0);
+                if (!(q >= -0x1p-21 + 0x1p-44 && q <= 0x1p-21 + 0x1p-44)) {
+                    atomicAdd(&result[13], 1u);
+                    atomicMin(&result[14], bits);
+                }
             }
             // FP8 elements, each input as the low and as the high value of a pair (the
             // other one a fixed neighbour), both formats.

@@ -200,15 +200,41 @@ __device__ __forceinline__ float rstd_of(double ss, float eps) {
 // the same f32 and ss decides; otherwise (about 2 (SUM_DEPTH + 16) / 2^29 of rows, under
 // 1e-6) the row takes the exact sum (exact_sum_redo). Zero, Inf and NaN sums are the
 // same in every order; an f32-subnormal rstd (huge rows) always takes the exact sum.
+//
+// With the fast conversions (no FP4_LITERAL_CODECS), t comes from a shorter chain on a
+// row's latency path: an f32 rsqrt seed refined by one second-order f64 step instead of the
+// correctly rounded square root and division. The codec self-check proves the seed within
+// 2^-22 of 1/sqrt on every f32 of [2^-120, 2^120]; the step then lands within
+// FP4_RSTD_SEED_ULPS of rstd_f64(ss) (sumsq.rs, rstd_by_seed), and the margin grows by as
+// much. Outside that range, and for the sums that skip the decision, the IEEE chain runs.
 #define SUM_DEPTH (VPT * 8 + 5 + WARPS_PER_ROW + FP4_C)
 __device__ __forceinline__ float rstd_checked(double ss, float eps, bool& undecided) {
+#if defined(FP4_RSTD_SEED_ULPS)
+    // ss / H + eps with one rounding (exactly rstd_f64's mean where H is a power of two).
+    const double mean = __fma_rn(ss, 1.0 / (double)FP4_H, (double)eps);
+    double t;
+    if (ss > 0.0 && mean >= 0x1p-120 && mean <= 0x1p120) {
+        float seed;
+        asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(seed) : "f"(__double2float_rn(mean)));
+        const double r0 = (double)seed;
+        // r0 (1 - e)^(-1/2) to second order, e = 1 - mean r0^2 (r0^2 is exact in f64: r0
+        // has 24 bits): r0 + r0 e (1/2 + 3e/8).
+        const double e = __fma_rn(-mean, __dmul_rn(r0, r0), 1.0);
+        t = __fma_rn(__dmul_rn(r0, e), __fma_rn(e, 0.375, 0.5), r0);
+    } else {
+        t = rstd_f64(ss, eps);
+    }
+    const long long margin = SUM_DEPTH + 16 + FP4_RSTD_SEED_ULPS;
+#else
     const double t = rstd_f64(ss, eps);
+    const long long margin = SUM_DEPTH + 16;
+#endif
     const double inf = __longlong_as_double(0x7FF0000000000000ll);
     const bool exact_anyway = ss == 0.0 || !(ss < inf);  // 0, +Inf or NaN
     const long long residue = __double_as_longlong(t) & ((1ll << 29) - 1);
     const long long dist = residue > (1ll << 28) ? residue - (1ll << 28) : (1ll << 28) - residue;
     const double f32_normal_floor = __longlong_as_double((long long)(1023 - 125) << 52);  // 2^-125
-    const bool decided = t >= f32_normal_floor && t < inf && dist > SUM_DEPTH + 16 && !FP4_FORCE_EXACT_SUMSQ;
+    const bool decided = t >= f32_normal_floor && t < inf && dist > margin && !FP4_FORCE_EXACT_SUMSQ;
     undecided = !exact_anyway && !decided;
     return __double2float_rn(t);
 }
