@@ -37,6 +37,9 @@
 //                    with signal pads between the ranks' CTAs (fused.cu, ranks_barrier)
 //   FP4_LITERAL_CODECS    (defined or not) every E2M1, E4M3 and UE8M0 code from the literal
 //                    encoders, no hardware conversion: where the self-test failed
+//   FP4_RSTD_SEED_ULPS    (defined or not; fused kernel) rows decided by rstd from an rsqrt
+//                    seed, within this many f64 ulps of the IEEE chain's (rstd_checked in
+//                    fused.cu); the host sets it where the self-test passed
 //   FP4_G            threads per row (a multiple of 32)
 //   FP4_R            rows per CTA
 //   FP4_C            CTAs per row: >1 splits each row over a thread-block cluster whose
