@@ -46,12 +46,18 @@ pub fn rstd_if_decided(s: f64, depth: usize, h: usize, eps: f32) -> Option<f32> 
         return Some(rstd_of_sum(s, h, eps));
     }
     let t = rstd_f64(s, h, eps);
-    let residue = t.to_bits() & ((1u64 << 29) - 1);
     let margin = depth as u64 + 16;
     let decided = t.is_finite()
         && t >= f64::from(f32::MIN_POSITIVE) * 2.0
-        && residue.abs_diff(1u64 << 28) > margin;
+        && ulps_to_f32_midpoint(t) > margin;
     decided.then_some(t as f32)
+}
+
+/// How many f64 ulps a normal f32-range `t` lies from the nearest f32 rounding boundary (a
+/// midpoint between two f32 values): the low 29 bits of its significand against 2^28.
+#[inline]
+pub fn ulps_to_f32_midpoint(t: f64) -> u64 {
+    (t.to_bits() & ((1u64 << 29) - 1)).abs_diff(1u64 << 28)
 }
 
 /// The largest relative error of the f32 `rsqrt` seed that [`rstd_by_seed`] allows: the GPU

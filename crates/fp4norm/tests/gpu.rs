@@ -136,9 +136,8 @@ fn gen_values<T: Element>(
 /// `RSTD_EDGE_ULPS` f64 ulps of an f32 rounding midpoint: one element at a time is redrawn
 /// until the row's f64 sum lands there (about 2^28 / RSTD_EDGE_ULPS draws, a few ms).
 fn rstd_edge_row<T: Element>(row: &mut [T], eps: f32, rng: &mut rand::rngs::StdRng) {
-    use fp4norm::sumsq::{exact_sum_of_squares, rstd_f64};
+    use fp4norm::sumsq::{exact_sum_of_squares, rstd_f64, ulps_to_f32_midpoint as to_midpoint};
     let h = row.len();
-    let to_midpoint = |t: f64| (t.to_bits() & ((1u64 << 29) - 1)).abs_diff(1u64 << 28);
     let draw = |rng: &mut rand::rngs::StdRng| T::round_from_f32(rng.random_range(-3.0f32..3.0));
     loop {
         row.iter_mut().for_each(|v| *v = draw(rng));

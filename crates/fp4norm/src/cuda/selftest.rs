@@ -9,16 +9,16 @@
 //! targets; the E4M3 hardware encode and decode; the division-free block scales; the FP8
 //! element pair conversions, E4M3 and E5M2; NaN, ±0, ±Inf, subnormals and every tie are
 //! among those inputs; and the rsqrt seed of the rstd decision, against the error its
-//! margin allows: `sumsq::rstd_by_seed`), then fused calls in both formats and both element dtypes, both
-//! scale layouts, and FP8 calls (MXFP8, per-token E5M2, a per-tensor scale), on rows that
+//! margin allows: `sumsq::rstd_by_seed`), then fused calls in both formats and both
+//! element dtypes, both scale layouts, and FP8 calls (MXFP8, per-token E5M2, a per-tensor scale), on rows that
 //! reach saturated, subnormal and NaN blocks, compared byte for byte with the reference. The packed
 //! bf16/f16 conversions and the NaN fix-up are exercised by those calls, not exhaustively.
 //!
 //! The verdict is kept on disk per device name, compute capability, driver, NVRTC and
 //! kernel source (`<cache dir>/selftest/<hash>.txt`), and in memory per process and device.
 //! On a failure a warning says so once and every kernel on that device is compiled with the
-//! literal encoders (`FP4_LITERAL_CODECS`) and the IEEE rstd chain. `FP4NORM_SELFTEST` forces either path or a new
-//! run (see `knobs::selftest_mode`).
+//! literal encoders (`FP4_LITERAL_CODECS`) and the IEEE rstd chain. `FP4NORM_SELFTEST`
+//! forces either path or a new run (see `knobs::selftest_mode`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -492,7 +492,7 @@ impl KernelConfig {
             "#define FP4_LITERAL_CODECS 1\n".to_string()
         } else if self.kind == KernelKind::Fused {
             // The fast path's rstd (fused.cu, rstd_checked): the seed the codec self-check
-            // proves, and the margin that covers its Newton step.
+            // proves, and the margin that covers its second-order step.
             format!(
                 "#define FP4_RSTD_SEED_ULPS {}\n",
                 crate::sumsq::RSTD_SEED_MARGIN_ULPS
