@@ -79,12 +79,15 @@ pub const RSTD_SEED_MARGIN_ULPS: u64 = 4;
 ///
 /// Within [`RSTD_SEED_MARGIN_ULPS`] of `rstd_f64(s)` for a seed within
 /// [`RSTD_SEED_MAX_REL_ERROR`]: with the f32 rounding of `mean`, `|e| < 2^-20.8`, so the
-/// series' remainder, about `5/16 |e|³`, is under `2^-64` relative (a hundredth of an ulp);
-/// the final rounding adds half an ulp and `e`'s and the product's roundings far less;
-/// `rstd_f64`'s own roundings and its twice-rounded mean (where H is not a power of two) add
-/// under 2.5: under 3.1 ulps. (One Newton step instead, `1.5 e²`, would be 973 ulps, and
-/// would send 20 times as many rows to the exact sum.) The tests check it with seeds at the
-/// bound.
+/// series' remainder, about `5/16 |e|³`, is under `2^-64` relative (a hundredth of an ulp),
+/// and `e`'s and the product's roundings add far less. What remains is the two means: where
+/// H is not a power of two, `rstd_f64`'s `RN(RN(s/H) + eps)` and this one fma can differ by
+/// up to ~μ mean ulps before rounding (μ the mean's significand in [1, 2)), so 2 ulps after,
+/// which costs `2 μ^-1.5` ulps of rstd; with `rstd_f64`'s square root (up to 1/μ ulp) and
+/// division (1/2), the two unrounded values lie under 2.98 ulps apart, and each result
+/// within half an ulp of its own: at most 3 ulps, which the tests reach. (One Newton step
+/// instead, `1.5 e²`, would be 973 ulps, and would send 20 times as many rows to the exact
+/// sum.)
 pub fn rstd_by_seed(s: f64, h: usize, eps: f32, seed: impl Fn(f32) -> f32) -> Option<f64> {
     let mean = s.mul_add(1.0 / h as f64, f64::from(eps));
     if !(s > 0.0 && s.is_finite() && (2f64.powi(-120)..=2f64.powi(120)).contains(&mean)) {
@@ -274,6 +277,26 @@ mod tests {
         }
         eprintln!("the seed's second-order step: at most {worst} ulps from the IEEE chain");
         assert!(worst >= 1, "never an ulp apart: the comparison is off");
+        // The worst case is 3 ulps: H not a power of two and eps too small to change the
+        // mean, where rstd_f64's two roundings of the mean and the seed path's one fma land
+        // 2 mean ulps apart (found by an f64 model; random sums almost never reach it).
+        for (s, h, eps) in [
+            (
+                f64::from_bits(0x40e0_e377_bf62_ebbc),
+                31488,
+                f32::from_bits(0x3084_07d5),
+            ),
+            (
+                f64::from_bits(0x41c0_6d19_5ec2_2460),
+                32517,
+                f32::from_bits(0x372c_30a2),
+            ),
+        ] {
+            let t = rstd_f64(s, h, eps);
+            let got = rstd_by_seed(s, h, eps, |x| seed_at(x, 0.0)).unwrap();
+            assert_eq!(ulps_apart(got, t), 3, "s {s:e}, H {h}, eps {eps:e}");
+        }
+        const { assert!(3 < RSTD_SEED_MARGIN_ULPS) };
         // Outside the seed's range the kernels take the IEEE chain.
         assert!(rstd_by_seed(0.0, 4096, 1e-6, |x| seed_at(x, 0.0)).is_none());
         assert!(rstd_by_seed(f64::NAN, 4096, 1e-6, |x| seed_at(x, 0.0)).is_none());

@@ -193,4 +193,24 @@ mod tests {
             );
         }
     }
+
+    /// The codec self-check proves the rsqrt seed within `RSTD_SEED_MAX_REL_ERROR` by the
+    /// bounds `(1 ± err)² − 1 = ±2 err + err²`, written as literals in `codec_check.cu`: they
+    /// must follow the constant the decision margin was worked out for.
+    #[test]
+    fn the_codec_check_proves_the_seed_bound_the_margin_assumes() {
+        let err = crate::sumsq::RSTD_SEED_MAX_REL_ERROR;
+        let k = err.log2();
+        assert_eq!(k.fract(), 0.0, "the bound is a power of two");
+        let (two_err, err_sq) = (
+            format!("0x1p{}", k as i32 + 1),
+            format!("0x1p{}", 2 * k as i32),
+        );
+        let (_, text) = EMBEDDED
+            .iter()
+            .find(|(n, _)| *n == "codec_check.cu")
+            .unwrap();
+        let bounds = format!("q >= -{two_err} + {err_sq} && q <= {two_err} + {err_sq}");
+        assert!(text.contains(&bounds), "codec_check.cu lacks `{bounds}`");
+    }
 }
