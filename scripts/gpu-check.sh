@@ -307,8 +307,7 @@ if [[ " $modes " == *" report "* ]]; then
     echo "[report] $1 skipped: deadline" | tee -a "$rep/skipped.txt"; return 1
   }
   # REPORT_CHECK=0 times every section with --no-check: checking each row costs host time
-  # that grows with its size (the main table's alone took over 480 s on a 16-core host, its
-  # 8192 x 32768 row 135 s), which a run under a time limit may not have.
+  # that grows with its size, which a run under a time limit may not have.
   check=(); [ "${REPORT_CHECK:-1}" = 0 ] && check=(--no-check)
   b() { "$bin/fp4norm" bench --device cuda --copy-mib 2048 "${check[@]}" "$@"; }
   if section tests; then

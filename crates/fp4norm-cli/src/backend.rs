@@ -50,9 +50,6 @@ pub trait Prepared {
     fn reset(&mut self) -> Result<(), CliError>;
     /// Reads every output back to the host.
     fn outputs(&self) -> Result<Outputs, CliError>;
-    /// Reads back the outputs of rows `start .. start + len` only (as [`Outputs::rows`]
-    /// lays them out): what a check of a large shape needs.
-    fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError>;
     /// Seconds per call with `per_graph` calls captured in one CUDA graph and replayed
     /// `replays` times (an engine's captured decode step). `None`: no graphs here.
     fn time_graph(
@@ -353,10 +350,6 @@ impl Prepared for HostPrepared<'_> {
             }
         }
         Ok(out)
-    }
-
-    fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError> {
-        Ok(self.outputs()?.rows(self.case, start, len))
     }
 }
 

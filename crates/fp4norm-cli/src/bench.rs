@@ -767,9 +767,10 @@ fn bench_one(
 
 /// Runs the reference on the same inputs and compares every row. A large shape goes in
 /// parts of whole 128-row tiles (a swizzled layout splits at tile bounds), a wave of as
-/// many parts as there are threads at a time: the backend's outputs of the wave are read
-/// on this thread (a GPU context is bound to it), then the reference runs on the parts in
-/// parallel. Returns the rows checked and the first mismatch.
+/// many parts as there are threads at a time, the reference on the parts in parallel. The
+/// backend's outputs are read back once, on this thread (a GPU context is bound to it),
+/// and each part's rows sliced from them: reading them per part made the check quadratic
+/// in M. Returns the rows checked and the first mismatch.
 fn check_against_reference(
     case: &Case,
     prep: &dyn Prepared,
@@ -780,18 +781,15 @@ fn check_against_reference(
     }
     let part = (CHECK_PART_ELEMS / case.h).div_ceil(128).max(1) * 128;
     let starts: Vec<usize> = (0..m).step_by(part).collect();
+    let all = prep.outputs()?;
     let mut rows = 0;
     for wave in starts.chunks(rayon::current_num_threads().max(1)) {
-        let got = wave
-            .iter()
+        let verdicts = wave
+            .par_iter()
             .map(|&s| {
                 let len = part.min(m - s);
-                Ok((s, len, prep.outputs_rows(s, len)?))
+                check_part(case, s, len, all.rows(case, s, len))
             })
-            .collect::<Result<Vec<_>, CliError>>()?;
-        let verdicts = got
-            .into_par_iter()
-            .map(|(s, len, g)| check_part(case, s, len, g))
             .collect::<Vec<_>>();
         for (v, &s) in verdicts.into_iter().zip(wave) {
             rows += part.min(m - s);
@@ -939,7 +937,6 @@ mod tests {
     /// A backend's call whose outputs have one FP8 scale byte flipped.
     struct OneWrongByte<'a> {
         inner: Box<dyn Prepared + 'a>,
-        case: &'a Case,
         at: usize,
     }
 
@@ -954,9 +951,6 @@ mod tests {
             let mut o = self.inner.outputs()?;
             o.fp8_scales.as_mut().expect("FP8 scales")[self.at] ^= 0x01;
             Ok(o)
-        }
-        fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError> {
-            Ok(self.outputs()?.rows(self.case, start, len))
         }
     }
 
@@ -979,7 +973,6 @@ mod tests {
         // Scale (row 5, group 1): element 1·8 + 5, its lowest byte.
         let mut wrong = OneWrongByte {
             inner: cpu.prepare(&case).unwrap(),
-            case: &case,
             at: 4 * 13,
         };
         wrong.run_once().unwrap();
@@ -989,6 +982,41 @@ mod tests {
         assert!(
             m.starts_with("FP8 f32 scales scale 13 (column-major: row 5, group 1)"),
             "{m}"
+        );
+    }
+
+    /// A shape past one check part: each part's rows are sliced from the one read-back, the
+    /// column-major scales included, and a wrong byte in the last part is found there.
+    #[test]
+    fn the_check_in_parts_finds_a_wrong_byte_in_a_later_part() {
+        let opts = Fp8Options::dynamic(
+            Fp8Element::E4M3,
+            Fp8Group::G128,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            Fp8ScaleLayout::ColumnMajor,
+        );
+        let (m, h) = (600, 8192);
+        assert!(m * h > CHECK_PART_ELEMS);
+        let case = Case::random_op(m, h, DType::BF16, Op::fp8(opts), 12);
+        let cpu = HostBackend::fast();
+        let mut right = cpu.prepare(&case).unwrap();
+        right.run_once().unwrap();
+        assert!(matches!(
+            check_against_reference(&case, &*right),
+            Ok((600, None))
+        ));
+        // Scale (row 550, group 3) of [H/128, Mp4 = 600]: in the part of rows 512..600.
+        let mut wrong = OneWrongByte {
+            inner: cpu.prepare(&case).unwrap(),
+            at: 4 * (3 * 600 + 550),
+        };
+        wrong.run_once().unwrap();
+        let (rows, mismatch) = check_against_reference(&case, &wrong).unwrap();
+        let mm = mismatch.expect("a mismatch");
+        assert_eq!(rows, 600);
+        assert!(
+            mm.contains("row 38, group 3") && mm.ends_with("(rows counted from 512)"),
+            "{mm}"
         );
     }
 }

@@ -602,10 +602,6 @@ impl Prepared for CudaPrepared<'_> {
         })
     }
 
-    fn outputs_rows(&self, start: usize, len: usize) -> Result<Outputs, CliError> {
-        Ok(self.outputs()?.rows(self.case, start, len))
-    }
-
     fn time(&mut self, warmup: usize, reps: usize) -> Result<Vec<f64>, CliError> {
         let s = self.be.stream.clone();
         for _ in 0..warmup {
