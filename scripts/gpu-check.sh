@@ -310,6 +310,7 @@ if [[ " $modes " == *" report "* ]]; then
   # that grows with its size, which a run under a time limit may not have.
   check=(); [ "${REPORT_CHECK:-1}" = 0 ] && check=(--no-check)
   b() { "$bin/fp4norm" bench --device cuda --copy-mib 2048 "${check[@]}" "$@"; }
+  unchecked() { "$bin/fp4norm" bench --device cuda --copy-mib 2048 --no-check "$@"; }
   if section tests; then
     "$bin/gpu" --test-threads=3 > "$rep/gpu-tests.log" 2>&1
     summary+=("report tests: $(grep 'test result' "$rep/gpu-tests.log" | tail -1)")
@@ -324,7 +325,7 @@ if [[ " $modes " == *" report "* ]]; then
   fi
   section layouts && b --layout row-major,swizzled,both --m 1024,8192,16384 --h 4096,8192 --json "$rep/layouts.json" > "$rep/layouts.log" 2>&1
   section y_out && b --layout row-major --y-out --m 1024,8192,16384 --h 4096,8192 --json "$rep/yout.json" > "$rep/yout.log" 2>&1
-  section pdl && b --layout row-major --m 1,16 --h 4096,8192 --pdl $( ((${#check[@]})) || echo --no-check ) > "$rep/pdl.log" 2>&1
+  section pdl && unchecked --layout row-major --m 1,16 --h 4096,8192 --pdl > "$rep/pdl.log" 2>&1
   section h32768 && b --layout row-major --dtype f16 --dtype bf16 --m 2048,16384 --h 32768 --json "$rep/h32768.json" > "$rep/h32768.log" 2>&1
   section f16 && b --layout row-major --dtype f16 --m 16384 --h 2048,4096,5120,7168,8192,16384 --json "$rep/f16.json" > "$rep/f16.log" 2>&1
   args=()
