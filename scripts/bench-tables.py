@@ -276,12 +276,19 @@ class Page:
         self.main = rep.runs["main"]
         self.all_runs = list(rep.runs.values()) + extras
         # The rows of the report's commit, by key: report first, then same-commit extras.
-        self.rows = {}
+        self.own = {}
         for run in self.all_runs:
             if run.commit == commit:
                 for r in run.data["rows"]:
-                    self.rows.setdefault(key(r), r)
+                    self.own.setdefault(key(r), r)
+        # Extras of another commit fill only cells the report's commit has no row for, and
+        # such cells are marked (`mark`); block_later compares them where it has one.
         self.later = [run for run in extras if run.commit != commit]
+        self.rows = dict(self.own)
+        for run in self.later:
+            for r in run.data["rows"]:
+                self.rows.setdefault(key(r), r)
+        self.filled_from = sorted({r["_run"].commit for r in self.rows.values() if r["_run"].commit != commit})
 
     def get(self, m, h, dt, f, layout="row-major", y_out=False):
         return self.rows.get((m, h, dt, f, layout, y_out))
@@ -292,6 +299,10 @@ class Page:
 
     def pct(self, r):
         return r["_run"].pct(r)
+
+    def mark(self, rs):
+        """"†" where a cell's rows ran on another commit than the report (see the header)."""
+        return "†" if any(r["_run"].commit != self.commit for r in rs) else ""
 
     # -- blocks ----------------------------------------------------------------------
 
@@ -326,6 +337,9 @@ class Page:
                   if not run.source.startswith("report/")]
         if others:
             lines.append(f"| other runs, same card (GB/s) | {', '.join(others)} |")
+        if self.filled_from:
+            lines.append(f"| cells marked † | rows this run did not measure, from the run of "
+                         f"{', '.join(self.filled_from)} (other runs, above) |")
         return lines
 
     def block_latency(self):
@@ -334,7 +348,7 @@ class Page:
 
         def cell(m, h):
             rs = self.pair(m, h)
-            return "-" if rs is None else " / ".join(f"{r['graph_us']:.2f}" for r in rs)
+            return "-" if rs is None else " / ".join(f"{r['graph_us']:.2f}" for r in rs) + self.mark(rs)
 
         out = m_by_h([m for m in (1, 16, 128, 1024) if any(self.pair(m, h) for h in hs)], hs, cell)
         small = [r for m in (1, 16) for h in hs if h <= 8192 for r in (self.pair(m, h) or [])]
@@ -350,7 +364,7 @@ class Page:
 
         def cell(m, h):
             rs = self.pair(m, h, dt)
-            return "-" if rs is None else " / ".join(f"{self.pct(r):.1f}" for r in rs)
+            return "-" if rs is None else " / ".join(f"{self.pct(r):.1f}" for r in rs) + self.mark(rs)
 
         return m_by_h(ms, hs, cell)
 
@@ -469,7 +483,8 @@ class Page:
         return out
 
     def big_cells(self):
-        """Every (row, dtype) at M·H >= 2^25, row-major, of the report's commit."""
+        """Every (row, dtype) at M·H >= 2^25, row-major: the report's commit's, and other
+        runs' where it has none (marked)."""
         return sorted((r for k, r in self.rows.items()
                        if k[0] * k[1] >= BIG and k[4] == "row-major" and not k[5]),
                       key=lambda r: (r["dtype"], r["m"], r["h"], FORMATS.index(r["format"])))
@@ -497,7 +512,8 @@ class Page:
                     t = f"{self.pct(r):.1f}"
                     shown.append(f"**{t}**" if self.below_target(r) else t)
                 same = [vs_same(r) for r in rs]
-                cells.append(" / ".join(shown) + ("" if None in same else " (" + " / ".join(f"{v:.0f}" for v in same) + ")"))
+                cells.append(" / ".join(shown) + ("" if None in same else " (" + " / ".join(f"{v:.0f}" for v in same) + ")")
+                             + self.mark(rs))
             out.append(f"| {m} × {h} | " + " | ".join(cells) + " |")
         return out
 
@@ -511,7 +527,7 @@ class Page:
             for (m, h, dt, lay, yo) in sorted({(k[0], k[1], k[2], k[4], k[5]) for k in rows},
                                               key=lambda k: (k[2], k[0], k[1], k[3], k[4])):
                 later = [rows.get((m, h, dt, f, lay, yo)) for f in FORMATS]
-                base = [self.rows.get((m, h, dt, f, lay, yo)) for f in FORMATS]
+                base = [self.own.get((m, h, dt, f, lay, yo)) for f in FORMATS]
                 if None in later or None in base:
                     continue  # (in the CSV: rows the report has no twin of)
                 fmt = lambda rs, pc: (" / ".join(f"{r['graph_us']:.2f}" for r in rs) + " (" +
@@ -530,8 +546,10 @@ class Page:
             if cells:
                 p = [self.pct(r) for r in cells]
                 miss = sum(self.below_target(r) for r in cells)
+                marked = sum(r["_run"].commit != self.commit for r in cells)
                 out.append(f"| {dt}, M·H ≥ 2^25, row-major: ≥ {TARGET_PCT:g} % of copy | {rng(p, '{:.1f}')} % "
-                           f"({len(cells)} figures) | {'met' if not miss else f'missed in {miss} of {len(cells)}'} |")
+                           f"({len(cells)} figures{f', {marked} †' if marked else ''}) | "
+                           f"{'met' if not miss else f'missed in {miss} of {len(cells)}'} |")
         small = [r for m in (1, 16) for h in HS if h <= 8192 for r in (self.pair(m, h) or [])]
         if small:
             t = [r["graph_us"] for r in small]
