@@ -622,7 +622,7 @@ fn row_abs_y<T: Element>(h_row: &[T], w: &[T], o: &fp8::Fp8Options) -> Vec<f32> 
 /// of |h w'| between elements whose |y| differ (in one vector, and in different CTAs of a
 /// cluster; over the rows both orders occur), and weights beyond 2^24 with a subnormal h
 /// rstd, where the rounding of h rstd overturns the order. A kernel that found the amax
-/// from pass 1's |h w'| (one reduction instead of two: measured slower, docs/fp8-kernels.md)
+/// from pass 1's |h w'| (one reduction instead of two: measured slower, docs/fp8-misses.md)
 /// would have to refuse these rows. The launch shapes of per-token rows (clusters
 /// of 2 to 8 CTAs, one CTA of many warps, several rows per CTA), both dtypes, f32 scales
 /// row- and column-major and UE8M0 scales, weight bias 0 and 1; byte for byte against the

@@ -298,7 +298,7 @@ pub fn column_demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 
 /// and `fp8_column_scales` then reorders every tile in place. The direct write is one
 /// 4-byte store per scale, each to a sector of its own (eight rows fill a sector), and
 /// those L2 requests, not the layout's bytes, are what it costs at many rows
-/// (docs/fp8-kernels.md). Wanted for groups of 32 and 64 from 2^25 elements: the second
+/// (docs/fp8-misses.md). Wanted for groups of 32 and 64 from 2^25 elements: the second
 /// kernel costs about a microsecond, which below that the fewer requests do not make up
 /// for; groups of 128 store a quarter as many scales as groups of 32 and gain nothing. Needs
 /// whole tiles (H / G a multiple of the tile's groups, at least 8 rows; the last rows of
