@@ -15,7 +15,8 @@ and f16 bench JSONs, the Triton peer's JSON, the PDL log, the GPU test log.
 --extra: more `fp4norm bench --json` runs of the same card (e.g. a section the report
 skipped at its deadline); `@COMMIT` when they ran on another commit than --commit. Rows of
 the same commit fill the report's tables where the report has no such row; rows of
-another commit are shown in a table of their own next to the report's figures.
+another commit fill them too, marked † (the header names their run), and are compared with
+the report's own rows in the `later` block where the page has one.
 --cpu: an `fp4norm bench --device cpu --json` run for the CPU table (alone, without
 --report: `--cpu CPU.json@COMMIT --cpu-machine TEXT --cpu-csv benchmarks/cpu.csv --update
 BENCHMARKS.md` rewrites the CPU table only).
@@ -24,6 +25,14 @@ BENCHMARKS.md` rewrites the CPU table only).
 around them is left alone); without --update the blocks are printed.
 --csv / --cpu-csv: every row of the run (fp4norm, the Triton peer, the PDL chain), one per
 line, with the card, commit, date and the copy bandwidth of the run it came from.
+
+FP8 mode: the FP8 table and its status from the runs of `bash scripts/gpu-check.sh fp8report`
+(`fp4norm bench --format nvfp4,fp8-...` JSONs; % cells the best of the runs, µs cells the
+lowest):
+
+    python3 scripts/bench-tables.py --fp8 fp8-decode.json --fp8 fp8-big-1.json \
+        --fp8 fp8-big-2.json --commit e604840 [--date D] [--gpu-txt gpu.txt] \
+        [--fp8-csv benchmarks/h200-fp8.csv] [--update BENCHMARKS.md]
 
 Report mode (what `gpu-check.sh report` calls to write report.md):
 
@@ -745,8 +754,13 @@ def main():
     ap.add_argument("--layouts")
     ap.add_argument("--yout")
     ap.add_argument("--extra", action="append", default=[])
+    ap.add_argument("--fp8", action="append", default=[],
+                    help="FP8 mode: an `fp4norm bench --format ...` JSON [@COMMIT], one per run (rounds)")
+    ap.add_argument("--fp8-csv", help="FP8 mode: write every row of the runs to this CSV")
     a = ap.parse_args()
-    if a.report:
+    if a.fp8:
+        fp8_mode(a)
+    elif a.report:
         page_mode(a)
     elif a.main:
         print(report_md(a))
@@ -755,8 +769,192 @@ def main():
     elif a.layouts_run:
         layouts_mode(a)
     else:
-        ap.error("give --report (page mode), --main (report mode), --cpu (the CPU table alone) or "
-                 "--layouts-run (the layouts-by-size table alone)")
+        ap.error("give --report (page mode), --main (report mode), --cpu (the CPU table alone), "
+                 "--layouts-run (the layouts-by-size table alone) or --fp8 (the FP8 tables)")
+
+
+
+# FP8 mode: BENCHMARKS.md's FP8 table from `fp4norm bench --format F` runs (SPEC.md §8).
+
+# (format as the CLI names it, label) in the table's order; other formats follow as named.
+FP8_LABELS = (
+    ("nvfp4", "nvfp4 (swizzled)"),
+    ("fp8-tensor", "per-tensor"),
+    ("fp8-tensor-e5m2", "per-tensor E5M2"),
+    ("fp8-token", "per-token"),
+    ("fp8-token-e5m2", "per-token E5M2"),
+    ("fp8-token-ue8m0-row-major", "per-token UE8M0"),
+    ("fp8-g32-f32-row-major", "g32 f32 row-major"),
+    ("fp8-group32", "g32 f32 column-major"),
+    ("fp8-g64-f32-row-major", "g64 f32 row-major"),
+    ("fp8-group64", "g64 f32 column-major"),
+    ("fp8-g128-f32-row-major", "g128 f32 row-major"),
+    ("fp8-group128", "g128 f32 column-major"),
+    ("fp8-g128-ue8m0-row-major", "g128 UE8M0 row-major"),
+    ("fp8-g128-ue8m0-column-major", "g128 UE8M0 column-major"),
+    ("fp8-g32-ue8m0-row-major", "g32 UE8M0 row-major (MXFP8 row-major)"),
+    ("mxfp8", "MXFP8 (g32 UE8M0 swizzled)"),
+)
+FP8_TARGET_PCT = 95.0   # % of copy at M·H >= 2^25 (a figure meets it when it reads 95.0 or more)
+FP8_DECODE_US = 2.0     # µs at M = 1 and 16, H <= 8192 (met when it reads 2.00 or less)
+
+
+def fp8_family(fmt):
+    if fmt == "mxfp8":
+        return "MXFP8"
+    if fmt.startswith("fp8-tensor"):
+        return "per-tensor"
+    if fmt.startswith("fp8-token"):
+        return "per-token"
+    if "column-major" in fmt or fmt in ("fp8-group32", "fp8-group64", "fp8-group128"):
+        return "column-major groups"
+    return "row-major groups"
+
+
+class Fp8Page:
+    """The FP8 table from one or more runs of the same formats: a % cell (M·H of 2^22 or
+    more) is the best of the runs' % of their own copy, a µs cell the lowest of their
+    graph-replay times (bf16, residual add, no y_out)."""
+
+    def __init__(self, runs, commit):
+        self.runs, self.commit = runs, commit
+        self.cells = {}  # (format, m, h) -> [row, ...]
+        order = []
+        for run in runs:
+            for r in run.data["rows"]:
+                if r["dtype"] != "bf16" or not r["residual"] or r["y_out"]:
+                    continue
+                self.cells.setdefault((r["format"], r["m"], r["h"]), []).append(r)
+                if r["format"] not in order:
+                    order.append(r["format"])
+        known = [f for f, _ in FP8_LABELS]
+        self.labels = dict(FP8_LABELS)
+        self.formats = [f for f in known if f in order] + [f for f in order if f not in known]
+        shapes = sorted({(m, h) for (_, m, h) in self.cells})
+        self.big = [s for s in shapes if s[0] * s[1] >= SMALL]
+        self.small = [s for s in shapes if s[0] * s[1] < SMALL]
+
+    # Graph-replay figures where the run has them (CUDA), else the timed calls' (CPU).
+    @staticmethod
+    def _us(r):
+        return r["graph_us"] if r.get("graph_us") is not None else r["median_us"]
+
+    @staticmethod
+    def _pct(r):
+        gbps = r["graph_gb_per_s"] if r.get("graph_gb_per_s") is not None else r["gb_per_s"]
+        return 100.0 * gbps / r["_run"].copy
+
+    def pct(self, f, m, h):
+        rs = self.cells.get((f, m, h))
+        return None if not rs else max(self._pct(r) for r in rs)
+
+    def us(self, f, m, h):
+        rs = self.cells.get((f, m, h))
+        return None if not rs else min(self._us(r) for r in rs)
+
+    def own(self, f, m, h):
+        vals = [vs_same(r) for r in self.cells.get((f, m, h), []) if vs_same(r) is not None]
+        return max(vals) if vals else None
+
+    def block_runs(self):
+        out = ["| run | commit | copy GB/s | rows | byte check |", "|---|---|---|---|---|"]
+        for run in self.runs:
+            rows = run.data["rows"]
+            checked = sum(r.get("check") != "skipped" for r in rows)
+            ok = run.data.get("all_ok", True)
+            check = ("MISMATCH: see the JSON" if not ok else "every row matched" if checked == len(rows)
+                     else "`--no-check`" if checked == 0 else f"{checked} of {len(rows)} rows, all matched")
+            out.append(f"| `{run.source}` | {run.commit} | {run.copy:.1f} | {len(rows)} | {check} |")
+        return out
+
+    def block_table(self):
+        fmt_shape = lambda s: f"{s[0]} × {s[1]}"
+        head = ["format"] + [f"{fmt_shape(s)} %" for s in self.big] + [f"{fmt_shape(s)} µs" for s in self.small]
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for f in self.formats:
+            cells = [f"`{f}` {self.labels.get(f, '')}".rstrip()]
+            cells += ["-" if self.pct(f, *s) is None else f"{self.pct(f, *s):.1f}" for s in self.big]
+            cells += ["-" if self.us(f, *s) is None else f"{self.us(f, *s):.2f}" for s in self.small]
+            out.append("| " + " | ".join(cells) + " |")
+        return out
+
+    def targets(self, f):
+        """(% figures from 2^25 elements, decode µs figures, misses as text) of format f."""
+        pcts = [(s, self.pct(f, *s)) for s in self.big if s[0] * s[1] >= BIG and self.pct(f, *s) is not None]
+        decode = [(s, self.us(f, *s)) for s in self.small if s[0] in (1, 16) and s[1] <= 8192
+                  and self.us(f, *s) is not None]
+        miss = [f"{s[0]} × {s[1]} ({v:.1f} %)" for s, v in pcts if round(v, 1) < FP8_TARGET_PCT]
+        miss += [f"{s[0]} × {s[1]} ({v:.2f} µs)" for s, v in decode if round(v, 2) > FP8_DECODE_US]
+        return [v for _, v in pcts], [v for _, v in decode], miss
+
+    def block_targets(self):
+        out = ["| format | % of copy from 2^25 elements | decode µs (M = 1, 16; H ≤ 8192) | status |",
+               "|---|---|---|---|"]
+        rng = lambda vals, f: "-" if not vals else f"{f.format(min(vals))}–{f.format(max(vals))}"
+        for f in self.formats:
+            if not f.startswith("fp8") and f != "mxfp8":
+                continue  # (the FP4 row is there to compare; its targets are the FP4 op's)
+            pcts, decode, miss = self.targets(f)
+            status = "met" if not miss else "missed at " + ", ".join(miss)
+            out.append(f"| `{f}` | {rng(pcts, '{:.1f}')} | {rng(decode, '{:.2f}')} | {status} |")
+        return out
+
+    def block_own_size(self):
+        by_family = {}
+        shape = (4096, 8192)
+        for f in self.formats:
+            if f.startswith("fp8") or f == "mxfp8":
+                v = self.own(f, *shape)
+                if v is not None:
+                    by_family.setdefault(fp8_family(f), []).append(v)
+        if not by_family:
+            return ["(no row of 4096 × 8192 with a same-size copy)"]
+        parts = [f"{fam} {min(v):.1f}–{max(v):.1f}" if len(v) > 1 else f"{fam} {v[0]:.1f}"
+                 for fam, v in by_family.items()]
+        return [f"At {shape[0]} × {shape[1]} against a copy of each call's own byte count (same run, best of the "
+                f"runs), %: " + "; ".join(parts) + "."]
+
+    def csv_rows(self, driver, date):
+        for run in self.runs:
+            section = os.path.splitext(run.source)[0]
+            for r in run.data["rows"]:
+                yield dict(card=run.data["device_description"], driver=driver or "", date=date,
+                           commit=run.commit, section=section, source=run.source, impl="fp4norm",
+                           m=r["m"], h=r["h"], dtype=r["dtype"], format=r["format"], layout=r["layout"],
+                           residual=r["residual"], y_out=r["y_out"], bytes_moved=r["bytes_moved"],
+                           eager_us=f"{r['median_us']:.3f}",
+                           graph_us="" if r.get("graph_us") is None else f"{r['graph_us']:.3f}",
+                           graph_gb_per_s="" if r.get("graph_gb_per_s") is None else f"{r['graph_gb_per_s']:.1f}",
+                           pct_of_copy=f"{self._pct(r):.2f}",
+                           copy_gb_per_s=f"{run.copy:.1f}",
+                           pct_of_same_size_copy="" if vs_same(r) is None else f"{vs_same(r):.1f}",
+                           check=r["check"], rows_checked=r["rows_checked"], note="")
+
+
+def fp8_mode(a):
+    """BENCHMARKS.md's FP8 blocks (and their CSV) from `fp4norm bench --format ...` runs."""
+    runs = []
+    for arg in a.fp8:
+        path, commit = split_commit(arg, a.commit)
+        if not commit:
+            sys.exit(f"{path}: give its commit (FILE@COMMIT or --commit)")
+        with open(path) as f:
+            runs.append(Run(json.load(f), os.path.basename(path), "fp8", commit))
+    page = Fp8Page(runs, a.commit)
+    if not a.driver and a.gpu_txt and os.path.exists(a.gpu_txt):
+        lines = open(a.gpu_txt).read().splitlines()
+        if len(lines) > 1:
+            a.driver = lines[1].split(",")[1].strip()
+    date = a.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    blocks = {"fp8-runs": page.block_runs(), "fp8-table": page.block_table(),
+              "fp8-targets": page.block_targets(), "fp8-own-size": page.block_own_size()}
+    if a.fp8_csv:
+        write_csv(a.fp8_csv, page.csv_rows(a.driver, date))
+    if a.update:
+        update(a.update, blocks)
+    else:
+        for name, lines in blocks.items():
+            print(f"<!-- BEGIN bench-tables: {name} -->\n" + "\n".join(lines) + f"\n<!-- END bench-tables: {name} -->\n")
 
 
 def cpu_mode(a):

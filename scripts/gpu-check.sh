@@ -4,6 +4,8 @@
 #        bash scripts/gpu-check.sh tune | nanexp | ab | ncu   (measurements, not in `all`)
 #        bash scripts/gpu-check.sh report   (every table of BENCHMARKS.md in one run: tests, main
 #        table, layouts, y_out, f16, PDL chain, Triton peer -> $OUT/report.tgz + report.md)
+#        bash scripts/gpu-check.sh fp8report   (the FP8 table: the FP8 suite, decode rows and two
+#        rounds of large rows, the first checked -> $OUT/fp8report.tgz)
 # Logs go to $OUT (default /tmp/fp4norm-out); a short summary prints last.
 set -u
 cd "$(dirname "$0")/.."
@@ -338,6 +340,30 @@ if [[ " $modes " == *" report "* ]]; then
   tar czf "$out/report.tgz" -C "$out" report && rm -rf "$rep"
   [ -f "$out/report.md" ] && tail -40 "$out/report.md"
   summary+=("report: report.md, everything in report.tgz ($(( $(date +%s) - t0 ))s)")
+fi
+
+if [[ " $modes " == *" fp8report "* ]]; then
+  # BENCHMARKS.md's FP8 table (`bench-tables.py --fp8 fp8-decode.json --fp8 fp8-big-1.json
+  # --fp8 fp8-big-2.json`): every format at decode sizes, checked row by row, and two rounds
+  # of the large rows (the table takes the best), the first checked. About 300 s on an H200.
+  echo "== fp8report: FP8 suite, decode rows, two rounds of large rows"
+  rep=$out/fp8report; mkdir -p "$rep"
+  t0=$(date +%s)
+  f8=nvfp4,fp8-tensor,fp8-tensor-e5m2,fp8-token,fp8-token-e5m2,fp8-token-ue8m0-row-major
+  f8=$f8,fp8-g32-f32-row-major,fp8-group32,fp8-g64-f32-row-major,fp8-group64,fp8-g128-f32-row-major
+  f8=$f8,fp8-group128,fp8-g128-ue8m0-row-major,fp8-g128-ue8m0-column-major,fp8-g32-ue8m0-row-major,mxfp8
+  "$bin/gpu_fp8" --test-threads=3 > "$rep/gpu_fp8.log" 2>&1
+  summary+=("fp8report tests: $(grep 'test result' "$rep/gpu_fp8.log" | tail -1)")
+  "$bin/fp4norm" bench --device cuda --m 1,16,128 --h 4096,8192 --format "$f8" --layout swizzled \
+    --copy-mib 1024 --json "$rep/fp8-decode.json" > "$rep/fp8-decode.log" 2>&1
+  for round in 1 2; do
+    check=(); [ "$round" = 2 ] && check=(--no-check)
+    "$bin/fp4norm" bench --device cuda --m 4096,16384 --h 4096,8192,16384 --format "$f8" --layout swizzled \
+      --copy-mib 2048 "${check[@]}" --json "$rep/fp8-big-$round.json" > "$rep/fp8-big-$round.log" 2>&1
+  done
+  cp "$out/gpu.txt" "$rep/"
+  tar czf "$out/fp8report.tgz" -C "$out" fp8report && rm -rf "$rep"
+  summary+=("fp8report: fp8report.tgz ($(( $(date +%s) - t0 ))s)")
 fi
 
 if has sanitize; then
