@@ -118,7 +118,7 @@ pub struct BenchArgs {
     /// Seed of the random inputs
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Size of the memcpy baseline's buffer in MiB [default: 512, 64 with --quick]
+    /// Size of the copy baseline's buffer in MiB [default: 2048 on a GPU, 512 on the CPU, 64 with --quick]
     #[arg(long, value_name = "MIB")]
     copy_mib: Option<usize>,
     /// RMSNorm epsilon (finite, >= 0)
