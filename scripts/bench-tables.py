@@ -32,7 +32,7 @@ lowest):
 
     python3 scripts/bench-tables.py --fp8 fp8-decode.json --fp8 fp8-big-1.json \
         --fp8 fp8-big-2.json --commit e604840 [--date D] [--gpu-txt gpu.txt] \
-        [--fp8-csv benchmarks/h200-fp8.csv] [--update BENCHMARKS.md]
+        [--fp8-peers fp8_peers.json] [--fp8-csv benchmarks/h200-fp8.csv] [--update BENCHMARKS.md]
 
 Report mode (what `gpu-check.sh report` calls to write report.md):
 
@@ -757,6 +757,7 @@ def main():
     ap.add_argument("--fp8", action="append", default=[],
                     help="FP8 mode: an `fp4norm bench --format ...` JSON [@COMMIT], one per run (rounds)")
     ap.add_argument("--fp8-csv", help="FP8 mode: write every row of the runs to this CSV")
+    ap.add_argument("--fp8-peers", help="FP8 mode: scripts/fp8-peers.py's JSON, for the Inductor table")
     a = ap.parse_args()
     if a.fp8:
         fp8_mode(a)
@@ -797,6 +798,7 @@ FP8_LABELS = (
 )
 FP8_TARGET_PCT = 95.0   # % of copy at M·H >= 2^25 (a figure meets it when it reads 95.0 or more)
 FP8_DECODE_US = 2.0     # µs at M = 1 and 16, H <= 8192 (met when it reads 2.00 or less)
+FP8_PEER_SPEEDUP = 1.3  # times torch.compile (Inductor) of the plain formula, in every cell
 
 
 def fp8_family(fmt):
@@ -914,6 +916,29 @@ class Fp8Page:
         return [f"At {shape[0]} × {shape[1]} against a copy of each call's own byte count (same run, best of the "
                 f"runs), %: " + "; ".join(parts) + "."]
 
+    def block_peers(self, peers):
+        """fp4norm against torch.compile (Inductor), from `scripts/fp8-peers.py --json`."""
+        if not peers:
+            return ["(no Inductor run)"]
+        cols = [("tensor", "per-tensor"), ("token", "per-token"), ("group128", "group 128"), ("mxfp8", "MXFP8")]
+        cell = {(r["fmt"], r["M"], r["H"]): r for r in peers["rows"]}
+        cols = [c for c in cols if any(k[0] == c[0] for k in cell)]
+        out = ["| M × H | " + " | ".join(name for _, name in cols) + " |", "|---|" + "---|" * len(cols)]
+        for m, h in sorted({(k[1], k[2]) for k in cell}):
+            cells = []
+            for fmt, _ in cols:
+                r = cell.get((fmt, m, h))
+                cells.append("-" if r is None else
+                             f"{r['fp4norm_us']:.2f} / {r['inductor_us']:.2f} (**{r['speedup']:.2f}×**)")
+            out.append(f"| {m} × {h} | " + " | ".join(cells) + " |")
+        s = [r["speedup"] for r in peers["rows"]]
+        low = [r for r in peers["rows"] if round(r["speedup"], 2) < FP8_PEER_SPEEDUP]
+        out += ["", f"Speed-up {min(s):.2f}–{max(s):.2f}× over {len(s)} cells: "
+                    + ("met (≥ 1.3× in every cell)." if not low else
+                       "missed at " + ", ".join(f"{r['fmt']} {r['M']} × {r['H']} ({r['speedup']:.2f}×)"
+                                                 for r in low) + ".")]
+        return out
+
     def csv_rows(self, driver, date):
         for run in self.runs:
             section = os.path.splitext(run.source)[0]
@@ -948,6 +973,9 @@ def fp8_mode(a):
     date = a.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     blocks = {"fp8-runs": page.block_runs(), "fp8-table": page.block_table(),
               "fp8-targets": page.block_targets(), "fp8-own-size": page.block_own_size()}
+    if a.fp8_peers:
+        with open(a.fp8_peers) as f:
+            blocks["fp8-peers"] = page.block_peers(json.load(f))
     if a.fp8_csv:
         write_csv(a.fp8_csv, page.csv_rows(a.driver, date))
     if a.update:

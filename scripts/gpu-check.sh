@@ -4,8 +4,8 @@
 #        bash scripts/gpu-check.sh tune | nanexp | ab | ncu   (measurements, not in `all`)
 #        bash scripts/gpu-check.sh report   (every table of BENCHMARKS.md in one run: tests, main
 #        table, layouts, y_out, f16, PDL chain, Triton peer -> $OUT/report.tgz + report.md)
-#        bash scripts/gpu-check.sh fp8report   (the FP8 table: the FP8 suite, decode rows and two
-#        rounds of large rows, the first checked -> $OUT/fp8report.tgz)
+#        bash scripts/gpu-check.sh fp8report   (the FP8 tables: the FP8 suite, decode rows, two
+#        rounds of large rows (the first checked), the Inductor peer -> $OUT/fp8report.tgz)
 # Logs go to $OUT (default /tmp/fp4norm-out); a short summary prints last.
 set -u
 cd "$(dirname "$0")/.."
@@ -345,7 +345,8 @@ fi
 if [[ " $modes " == *" fp8report "* ]]; then
   # BENCHMARKS.md's FP8 table (`bench-tables.py --fp8 fp8-decode.json --fp8 fp8-big-1.json
   # --fp8 fp8-big-2.json`): every format at decode sizes, checked row by row, and two rounds
-  # of the large rows (the table takes the best), the first checked. About 300 s on an H200.
+  # of the large rows (the table takes the best), the first checked; then the Inductor peer
+  # (`--fp8-peers fp8_peers.json`). About 300 s on an H200 before the peer's compiles.
   echo "== fp8report: FP8 suite, decode rows, two rounds of large rows"
   rep=$out/fp8report; mkdir -p "$rep"
   t0=$(date +%s)
@@ -361,6 +362,11 @@ if [[ " $modes " == *" fp8report "* ]]; then
     "$bin/fp4norm" bench --device cuda --m 4096,16384 --h 4096,8192,16384 --format "$f8" --layout swizzled \
       --copy-mib 2048 "${check[@]}" --json "$rep/fp8-big-$round.json" > "$rep/fp8-big-$round.log" 2>&1
   done
+  # The Inductor peer (`--fp8-peers`), through the wheel of gpu-build.sh.
+  site=/tmp/fp4norm-site
+  [ -d "$site" ] || python3 -m pip install -q --no-deps --no-index --target "$site" .artifacts/wheel/*.whl 2>&1 | grep -v WARNING | tail -2
+  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout ${FP8_PEERS_TIMEOUT:-300} python3 scripts/fp8-peers.py \
+    --json "$rep/fp8_peers.json" 1x4096 16x8192 128x8192 4096x8192 16384x8192 > "$rep/fp8-peers.log" 2>&1
   cp "$out/gpu.txt" "$rep/"
   tar czf "$out/fp8report.tgz" -C "$out" fp8report && rm -rf "$rep"
   summary+=("fp8report: fp8report.tgz ($(( $(date +%s) - t0 ))s)")
