@@ -297,7 +297,7 @@ class Page:
         for run in self.later:
             for r in run.data["rows"]:
                 self.rows.setdefault(key(r), r)
-        self.filled_from = sorted({r["_run"].commit for r in self.rows.values() if r["_run"].commit != commit})
+        self.marked = set()  # commits of the rows of cells shown marked (see mark)
 
     def get(self, m, h, dt, f, layout="row-major", y_out=False):
         return self.rows.get((m, h, dt, f, layout, y_out))
@@ -310,8 +310,11 @@ class Page:
         return r["_run"].pct(r)
 
     def mark(self, rs):
-        """"†" where a cell's rows ran on another commit than the report (see the header)."""
-        return "†" if any(r["_run"].commit != self.commit for r in rs) else ""
+        """"†" where a cell's rows ran on another commit than the report; the header names
+        the runs of every cell marked (so build it after the other blocks)."""
+        other = {r["_run"].commit for r in rs if r["_run"].commit != self.commit}
+        self.marked |= other
+        return "†" if other else ""
 
     # -- blocks ----------------------------------------------------------------------
 
@@ -346,9 +349,9 @@ class Page:
                   if not run.source.startswith("report/")]
         if others:
             lines.append(f"| other runs, same card (GB/s) | {', '.join(others)} |")
-        if self.filled_from:
+        if self.marked:
             lines.append(f"| cells marked † | rows this run did not measure, from the run of "
-                         f"{', '.join(self.filled_from)} (other runs, above) |")
+                         f"{', '.join(sorted(self.marked))} (other runs, above) |")
         return lines
 
     def block_latency(self):
@@ -363,8 +366,8 @@ class Page:
         small = [r for m in (1, 16) for h in hs if h <= 8192 for r in (self.pair(m, h) or [])]
         if small:
             lo, hi = min(r["graph_us"] for r in small), max(r["graph_us"] for r in small)
-            out += ["", f"M = 1 and 16, H ≤ 8192: {lo:.2f}–{hi:.2f} µs, {lo - floor:.2f}–{hi - floor:.2f} µs "
-                        f"above the launch floor of {floor:.2f} µs."]
+            out += ["", f"M = 1 and 16, H ≤ 8192: {lo:.2f}–{hi:.2f} µs{self.mark(small)}, {lo - floor:.2f}–"
+                        f"{hi - floor:.2f} µs above the launch floor of {floor:.2f} µs."]
         return out
 
     def bandwidth_grid(self, dt):
@@ -475,7 +478,8 @@ class Page:
             with_pct = " / ".join(f"{self.pct(r):.1f}" for _, r in ps)
             time = " / ".join(f"{r['graph_us'] / b['graph_us']:.3f}" for b, r in ps)
             nbytes = " / ".join(f"{r['bytes_moved'] / b['bytes_moved']:.3f}" for b, r in ps)
-            out.append(f"| {m} × {h} | {without} ({without_pct} %) | {with_} ({with_pct} %) | {time} | {nbytes} |")
+            mark = self.mark([x for pair in ps for x in pair])
+            out.append(f"| {m} × {h} | {without} ({without_pct} %){mark} | {with_} ({with_pct} %) | {time} | {nbytes} |")
         return out
 
     def block_pdl(self):
@@ -529,7 +533,7 @@ class Page:
     def block_later(self):
         if not self.later:
             return ["(no run on a later commit)"]
-        out = ["| M × H | dtype | report µs (% of copy) | later µs (% of its copy) | commit |",
+        out = ["| M × H | dtype | report µs (% of copy) | other run µs (% of its copy) | commit |",
                "|---|---|---|---|---|"]
         for run in self.later:
             rows = index(run.data)
@@ -556,6 +560,7 @@ class Page:
                 p = [self.pct(r) for r in cells]
                 miss = sum(self.below_target(r) for r in cells)
                 marked = sum(r["_run"].commit != self.commit for r in cells)
+                self.mark(cells)
                 out.append(f"| {dt}, M·H ≥ 2^25, row-major: ≥ {TARGET_PCT:g} % of copy | {rng(p, '{:.1f}')} % "
                            f"({len(cells)} figures{f', {marked} †' if marked else ''}) | "
                            f"{'met' if not miss else f'missed in {miss} of {len(cells)}'} |")
@@ -563,13 +568,13 @@ class Page:
         if small:
             t = [r["graph_us"] for r in small]
             miss = sum(round(v, 2) > 2.0 for v in t)
-            out.append(f"| M = 1 … 16, H ≤ 8192: ≤ 2.0 µs | {rng(t)} µs ({len(t)} figures) | "
+            out.append(f"| M = 1 … 16, H ≤ 8192: ≤ 2.0 µs | {rng(t)} µs{self.mark(small)} ({len(t)} figures) | "
                        f"{'met' if not miss else f'missed in {miss} of {len(t)}'} |")
         for (m, h, limit) in ((128, 8192, 3.0), (1024, 4096, 8.5)):
             rs = self.pair(m, h)
             if rs:
                 t = [r["graph_us"] for r in rs]
-                out.append(f"| {m} × {h}: ≤ {limit:.1f} µs | {' / '.join(f'{v:.2f}' for v in t)} µs | "
+                out.append(f"| {m} × {h}: ≤ {limit:.1f} µs | {' / '.join(f'{v:.2f}' for v in t)} µs{self.mark(rs)} | "
                            f"{'met' if round(max(t), 2) <= limit else 'missed'} |")
         s = self.speedups()
         if s:
@@ -703,7 +708,7 @@ def page_mode(a):
         extras.append(Run(load(path), os.path.basename(path), "extra", commit))
     page = Page(rep, extras, a.commit)
     blocks = {
-        "header": page.block_header(a),
+        "header": None,  # built last: it names the runs of the cells the others marked
         "latency": page.block_latency(),
         "bandwidth-bf16": page.block_bandwidth_bf16(),
         "bandwidth-f16": page.block_bandwidth_f16(),
@@ -715,6 +720,7 @@ def page_mode(a):
         "misses": page.block_misses(),
         "later": page.block_later(),
     }
+    blocks["header"] = page.block_header(a)
     card = page.main.data["device_description"]
     if a.csv:
         write_csv(a.csv, page.csv_rows(card, a.driver, a.date))
@@ -778,8 +784,9 @@ def main():
 # FP8 mode: BENCHMARKS.md's FP8 table from `fp4norm bench --format F` runs (SPEC.md §8).
 
 # (format as the CLI names it, label) in the table's order; other formats follow as named.
+# An FP4 format's key carries its layout (`nvfp4:swizzled`): FP8 names include theirs.
 FP8_LABELS = (
-    ("nvfp4", "nvfp4 (swizzled)"),
+    ("nvfp4:swizzled", "nvfp4 (swizzled)"),
     ("fp8-tensor", "per-tensor"),
     ("fp8-tensor-e5m2", "per-tensor E5M2"),
     ("fp8-token", "per-token"),
@@ -801,16 +808,20 @@ FP8_DECODE_US = 2.0     # µs at M = 1 and 16, H <= 8192 (met when it reads 2.00
 FP8_PEER_SPEEDUP = 1.3  # times torch.compile (Inductor) of the plain formula, in every cell
 
 
-def fp8_family(fmt):
-    if fmt == "mxfp8":
-        return "MXFP8"
-    if fmt.startswith("fp8-tensor"):
+def fp8_key(r):
+    """A row of the FP8 table: the format's name, and an FP4 format's layout."""
+    return r["format"] if r.get("op") == "fp8" else f"{r['format']}:{r['layout']}"
+
+
+def fp8_family(r):
+    """The FP8 family of a bench row (None for FP4 rows), from its scaling fields."""
+    if r.get("op") != "fp8":
+        return None
+    if r.get("scale_format") == "static" or r["format"].startswith("fp8-tensor"):
         return "per-tensor"
-    if fmt.startswith("fp8-token"):
+    if r.get("group") == r["h"] or "token" in r["format"]:
         return "per-token"
-    if "column-major" in fmt or fmt in ("fp8-group32", "fp8-group64", "fp8-group128"):
-        return "column-major groups"
-    return "row-major groups"
+    return {"swizzled": "MXFP8", "column-major": "column-major groups"}.get(r["layout"], "row-major groups")
 
 
 class Fp8Page:
@@ -820,15 +831,18 @@ class Fp8Page:
 
     def __init__(self, runs, commit):
         self.runs, self.commit = runs, commit
-        self.cells = {}  # (format, m, h) -> [row, ...]
+        self.cells = {}  # (fp8_key, m, h) -> [row, ...]
+        self.first = {}  # fp8_key -> its first row (name, family)
         order = []
         for run in runs:
             for r in run.data["rows"]:
                 if r["dtype"] != "bf16" or not r["residual"] or r["y_out"]:
                     continue
-                self.cells.setdefault((r["format"], r["m"], r["h"]), []).append(r)
-                if r["format"] not in order:
-                    order.append(r["format"])
+                k = fp8_key(r)
+                self.cells.setdefault((k, r["m"], r["h"]), []).append(r)
+                if k not in order:
+                    order.append(k)
+                    self.first[k] = r
         known = [f for f, _ in FP8_LABELS]
         self.labels = dict(FP8_LABELS)
         self.formats = [f for f in known if f in order] + [f for f in order if f not in known]
@@ -855,8 +869,8 @@ class Fp8Page:
         return None if not rs else min(self._us(r) for r in rs)
 
     def own(self, f, m, h):
-        vals = [vs_same(r) for r in self.cells.get((f, m, h), []) if vs_same(r) is not None]
-        return max(vals) if vals else None
+        """Every run's % of a copy of the call's own byte count."""
+        return [vs_same(r) for r in self.cells.get((f, m, h), []) if vs_same(r) is not None]
 
     def block_runs(self):
         out = ["| run | commit | copy GB/s | rows | byte check |", "|---|---|---|---|---|"]
@@ -874,30 +888,33 @@ class Fp8Page:
         head = ["format"] + [f"{fmt_shape(s)} %" for s in self.big] + [f"{fmt_shape(s)} µs" for s in self.small]
         out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for f in self.formats:
-            cells = [f"`{f}` {self.labels.get(f, '')}".rstrip()]
+            r0 = self.first[f]
+            label = self.labels.get(f, r0["format"] if fp8_family(r0) else f"{r0['format']} ({r0['layout']})")
+            cells = [f"`{r0['format']}` {label}"]
             cells += ["-" if self.pct(f, *s) is None else f"{self.pct(f, *s):.1f}" for s in self.big]
             cells += ["-" if self.us(f, *s) is None else f"{self.us(f, *s):.2f}" for s in self.small]
             out.append("| " + " | ".join(cells) + " |")
         return out
 
     def targets(self, f):
-        """(% figures from 2^25 elements, decode µs figures, misses as text) of format f."""
+        """(% figures from 2^25 elements, decode µs figures, status) of format f."""
         pcts = [(s, self.pct(f, *s)) for s in self.big if s[0] * s[1] >= BIG and self.pct(f, *s) is not None]
         decode = [(s, self.us(f, *s)) for s in self.small if s[0] in (1, 16) and s[1] <= 8192
                   and self.us(f, *s) is not None]
         miss = [f"{s[0]} × {s[1]} ({v:.1f} %)" for s, v in pcts if round(v, 1) < FP8_TARGET_PCT]
         miss += [f"{s[0]} × {s[1]} ({v:.2f} µs)" for s, v in decode if round(v, 2) > FP8_DECODE_US]
-        return [v for _, v in pcts], [v for _, v in decode], miss
+        status = [f"missed at {', '.join(miss)}"] if miss else []
+        status += [f"{what} not measured" for what, vals in (("%", pcts), ("decode", decode)) if not vals]
+        return [v for _, v in pcts], [v for _, v in decode], "; ".join(status) or "met"
 
     def block_targets(self):
         out = ["| format | % of copy from 2^25 elements | decode µs (M = 1, 16; H ≤ 8192) | status |",
                "|---|---|---|---|"]
         rng = lambda vals, f: "-" if not vals else f"{f.format(min(vals))}–{f.format(max(vals))}"
         for f in self.formats:
-            if not f.startswith("fp8") and f != "mxfp8":
-                continue  # (the FP4 row is there to compare; its targets are the FP4 op's)
-            pcts, decode, miss = self.targets(f)
-            status = "met" if not miss else "missed at " + ", ".join(miss)
+            if fp8_family(self.first[f]) is None:
+                continue  # (an FP4 row is there to compare; its targets are the FP4 op's)
+            pcts, decode, status = self.targets(f)
             out.append(f"| `{f}` | {rng(pcts, '{:.1f}')} | {rng(decode, '{:.2f}')} | {status} |")
         return out
 
@@ -905,20 +922,20 @@ class Fp8Page:
         by_family = {}
         shape = (4096, 8192)
         for f in self.formats:
-            if f.startswith("fp8") or f == "mxfp8":
-                v = self.own(f, *shape)
-                if v is not None:
-                    by_family.setdefault(fp8_family(f), []).append(v)
+            fam = fp8_family(self.first[f])
+            if fam is not None:
+                by_family.setdefault(fam, []).extend(self.own(f, *shape))
+        by_family = {fam: v for fam, v in by_family.items() if v}
         if not by_family:
             return ["(no row of 4096 × 8192 with a same-size copy)"]
         parts = [f"{fam} {min(v):.1f}–{max(v):.1f}" if len(v) > 1 else f"{fam} {v[0]:.1f}"
                  for fam, v in by_family.items()]
-        return [f"At {shape[0]} × {shape[1]} against a copy of each call's own byte count (same run, best of the "
-                f"runs), %: " + "; ".join(parts) + "."]
+        return [f"At {shape[0]} × {shape[1]} against a copy of each call's own byte count (same run; the range "
+                f"over the formats and runs), %: " + "; ".join(parts) + "."]
 
     def block_peers(self, peers):
         """fp4norm against torch.compile (Inductor), from `scripts/fp8-peers.py --json`."""
-        if not peers:
+        if not peers or not peers.get("rows"):
             return ["(no Inductor run)"]
         cols = [("tensor", "per-tensor"), ("token", "per-token"), ("group128", "group 128"), ("mxfp8", "MXFP8")]
         cell = {(r["fmt"], r["M"], r["H"]): r for r in peers["rows"]}
@@ -928,8 +945,9 @@ class Fp8Page:
             cells = []
             for fmt, _ in cols:
                 r = cell.get((fmt, m, h))
+                bold = "**" if r is not None and round(r["speedup"], 2) >= FP8_PEER_SPEEDUP else ""
                 cells.append("-" if r is None else
-                             f"{r['fp4norm_us']:.2f} / {r['inductor_us']:.2f} (**{r['speedup']:.2f}×**)")
+                             f"{r['fp4norm_us']:.2f} / {r['inductor_us']:.2f} ({bold}{r['speedup']:.2f}×{bold})")
             out.append(f"| {m} × {h} | " + " | ".join(cells) + " |")
         s = [r["speedup"] for r in peers["rows"]]
         low = [r for r in peers["rows"] if round(r["speedup"], 2) < FP8_PEER_SPEEDUP]
@@ -970,7 +988,9 @@ def fp8_mode(a):
         lines = open(a.gpu_txt).read().splitlines()
         if len(lines) > 1:
             a.driver = lines[1].split(",")[1].strip()
-    date = a.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    # (default: the runs' files' modification date, UTC, as in page mode)
+    mtime = max(os.path.getmtime(split_commit(arg, None)[0]) for arg in a.fp8)
+    date = a.date or datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc).strftime("%Y-%m-%d")
     blocks = {"fp8-runs": page.block_runs(), "fp8-table": page.block_table(),
               "fp8-targets": page.block_targets(), "fp8-own-size": page.block_own_size()}
     if a.fp8_peers:

@@ -4,7 +4,7 @@
 #        bash scripts/gpu-check.sh tune | nanexp | ab | ncu   (measurements, not in `all`)
 #        bash scripts/gpu-check.sh report   (every table of BENCHMARKS.md in one run: tests, main
 #        table, layouts, y_out, f16, PDL chain, Triton peer -> $OUT/report.tgz + report.md)
-#        bash scripts/gpu-check.sh fp8report   (the FP8 tables: the FP8 suite, decode rows, two
+#        bash scripts/gpu-check.sh fp8report   (the FP8 section: the FP8 suite, decode rows, two
 #        rounds of large rows (the first checked), the Inductor peer -> $OUT/fp8report.tgz)
 # Logs go to $OUT (default /tmp/fp4norm-out); a short summary prints last.
 set -u
@@ -343,31 +343,47 @@ if [[ " $modes " == *" report "* ]]; then
 fi
 
 if [[ " $modes " == *" fp8report "* ]]; then
-  # BENCHMARKS.md's FP8 table (`bench-tables.py --fp8 fp8-decode.json --fp8 fp8-big-1.json
-  # --fp8 fp8-big-2.json`): every format at decode sizes, checked row by row, and two rounds
-  # of the large rows (the table takes the best), the first checked; then the Inductor peer
-  # (`--fp8-peers fp8_peers.json`). About 300 s on an H200 before the peer's compiles.
-  echo "== fp8report: FP8 suite, decode rows, two rounds of large rows"
+  # BENCHMARKS.md's FP8 section (`bench-tables.py --fp8 fp8-decode.json --fp8 fp8-big-1.json
+  # --fp8 fp8-big-2.json --fp8-peers fp8_peers.json`): the FP8 suite, every format at decode
+  # sizes checked row by row, two rounds of the large rows (the table takes the best), the
+  # first checked, then the Inductor peer. The tarball is rewritten after each step, and
+  # steps not started by FP8REPORT_DEADLINE seconds (default 480) are skipped and say so,
+  # so that a run under a time limit keeps what it measured.
+  echo "== fp8report: FP8 suite, decode rows, two rounds of large rows, Inductor peer"
   rep=$out/fp8report; mkdir -p "$rep"
+  cp "$out/gpu.txt" "$rep/"
   t0=$(date +%s)
+  step() {  # step NAME: whether there is time left for it (the tarball so far written first)
+    tar czf "$out/fp8report.tgz" -C "$out" fp8report
+    if (( $(date +%s) - t0 < ${FP8REPORT_DEADLINE:-480} )); then
+      echo "[fp8report t+$(( $(date +%s) - t0 ))s] $1"; return 0
+    fi
+    echo "[fp8report] $1 skipped: deadline" | tee -a "$rep/skipped.txt"; return 1
+  }
   f8=nvfp4,fp8-tensor,fp8-tensor-e5m2,fp8-token,fp8-token-e5m2,fp8-token-ue8m0-row-major
   f8=$f8,fp8-g32-f32-row-major,fp8-group32,fp8-g64-f32-row-major,fp8-group64,fp8-g128-f32-row-major
   f8=$f8,fp8-group128,fp8-g128-ue8m0-row-major,fp8-g128-ue8m0-column-major,fp8-g32-ue8m0-row-major,mxfp8
-  "$bin/gpu_fp8" --test-threads=3 > "$rep/gpu_fp8.log" 2>&1
-  summary+=("fp8report tests: $(grep 'test result' "$rep/gpu_fp8.log" | tail -1)")
-  "$bin/fp4norm" bench --device cuda --m 1,16,128 --h 4096,8192 --format "$f8" --layout swizzled \
-    --copy-mib 1024 --json "$rep/fp8-decode.json" > "$rep/fp8-decode.log" 2>&1
+  if step tests; then
+    "$bin/gpu_fp8" --test-threads=3 > "$rep/gpu_fp8.log" 2>&1
+    summary+=("fp8report tests: $(grep 'test result' "$rep/gpu_fp8.log" | tail -1)")
+  fi
+  step decode && "$bin/fp4norm" bench --device cuda --m 1,16,128 --h 4096,8192 --format "$f8" --layout swizzled \
+    --copy-mib 2048 --json "$rep/fp8-decode.json" > "$rep/fp8-decode.log" 2>&1
   for round in 1 2; do
     check=(); [ "$round" = 2 ] && check=(--no-check)
-    "$bin/fp4norm" bench --device cuda --m 4096,16384 --h 4096,8192,16384 --format "$f8" --layout swizzled \
-      --copy-mib 2048 "${check[@]}" --json "$rep/fp8-big-$round.json" > "$rep/fp8-big-$round.log" 2>&1
+    step "large rows, round $round" && "$bin/fp4norm" bench --device cuda --m 4096,16384 --h 4096,8192,16384 \
+      --format "$f8" --layout swizzled --copy-mib 2048 "${check[@]}" --json "$rep/fp8-big-$round.json" \
+      > "$rep/fp8-big-$round.log" 2>&1
   done
-  # The Inductor peer (`--fp8-peers`), through the wheel of gpu-build.sh.
-  site=/tmp/fp4norm-site
-  [ -d "$site" ] || python3 -m pip install -q --no-deps --no-index --target "$site" .artifacts/wheel/*.whl 2>&1 | grep -v WARNING | tail -2
-  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout ${FP8_PEERS_TIMEOUT:-300} python3 scripts/fp8-peers.py \
-    --json "$rep/fp8_peers.json" 1x4096 16x8192 128x8192 4096x8192 16384x8192 > "$rep/fp8-peers.log" 2>&1
-  cp "$out/gpu.txt" "$rep/"
+  if step peers; then
+    # Through this build's wheel, installed afresh.
+    site=/tmp/fp4norm-site
+    rm -rf "$site"
+    python3 -m pip install -q --no-deps --no-index --target "$site" .artifacts/wheel/*.whl 2>&1 | grep -v WARNING | tail -2
+    PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout ${FP8_PEERS_TIMEOUT:-240} python3 scripts/fp8-peers.py \
+      --json "$rep/fp8_peers.json" 1x4096 16x8192 128x8192 4096x8192 16384x8192 > "$rep/fp8-peers.log" 2>&1
+    [ -f "$rep/fp8_peers.json" ] || echo "[fp8report] peers: no fp8_peers.json (see fp8-peers.log)" | tee -a "$rep/skipped.txt"
+  fi
   tar czf "$out/fp8report.tgz" -C "$out" fp8report && rm -rf "$rep"
   summary+=("fp8report: fp8report.tgz ($(( $(date +%s) - t0 ))s)")
 fi
