@@ -607,14 +607,7 @@ class Page:
         base = dict(card=card, driver=driver or "", date=date)
         for run in self.all_runs:
             for r in run.data["rows"]:
-                yield dict(base, commit=run.commit, section=run.section, source=run.source, impl="fp4norm",
-                           m=r["m"], h=r["h"], dtype=r["dtype"], format=r["format"], layout=r["layout"],
-                           residual=r["residual"], y_out=r["y_out"], bytes_moved=r["bytes_moved"],
-                           eager_us=f"{r['median_us']:.3f}", graph_us=f"{r['graph_us']:.3f}",
-                           graph_gb_per_s=f"{r['graph_gb_per_s']:.1f}", pct_of_copy=f"{run.pct(r):.2f}",
-                           copy_gb_per_s=f"{run.copy:.1f}",
-                           pct_of_same_size_copy="" if vs_same(r) is None else f"{vs_same(r):.1f}",
-                           check=r["check"], rows_checked=r["rows_checked"], note="")
+                yield bench_csv_row(base, run, run.section, r, run.pct(r))
         if self.rep.peer:
             for p in self.rep.peer["rows"]:
                 block = 16 if p["fmt"] == "nvfp4" else 32
@@ -633,6 +626,20 @@ class Page:
                            residual=True, y_out=False, bytes_moved="", eager_us="", graph_us=f"{us:.2f}",
                            graph_gb_per_s="", pct_of_copy="", copy_gb_per_s="", pct_of_same_size_copy="",
                            check="", rows_checked="", note="µs per pair (1 MiB copy -> fp4norm) in a CUDA graph")
+
+
+def bench_csv_row(base, run, section, r, pct):
+    """One `fp4norm bench` row as a CSV line (`base`: card, driver, date); `pct`: its % of
+    the run's copy. A CPU row has no graph-replay figures: those columns stay empty."""
+    return dict(base, commit=run.commit, section=section, source=run.source, impl="fp4norm",
+                m=r["m"], h=r["h"], dtype=r["dtype"], format=r["format"], layout=r["layout"],
+                residual=r["residual"], y_out=r["y_out"], bytes_moved=r["bytes_moved"],
+                eager_us=f"{r['median_us']:.3f}",
+                graph_us="" if r.get("graph_us") is None else f"{r['graph_us']:.3f}",
+                graph_gb_per_s="" if r.get("graph_gb_per_s") is None else f"{r['graph_gb_per_s']:.1f}",
+                pct_of_copy=f"{pct:.2f}", copy_gb_per_s=f"{run.copy:.1f}",
+                pct_of_same_size_copy="" if vs_same(r) is None else f"{vs_same(r):.1f}",
+                check=r["check"], rows_checked=r["rows_checked"], note="")
 
 
 CSV_FIELDS = ["card", "driver", "commit", "date", "section", "source", "impl", "m", "h", "dtype", "format",
@@ -960,18 +967,9 @@ class Fp8Page:
     def csv_rows(self, driver, date):
         for run in self.runs:
             section = os.path.splitext(run.source)[0]
+            base = dict(card=run.data["device_description"], driver=driver or "", date=date)
             for r in run.data["rows"]:
-                yield dict(card=run.data["device_description"], driver=driver or "", date=date,
-                           commit=run.commit, section=section, source=run.source, impl="fp4norm",
-                           m=r["m"], h=r["h"], dtype=r["dtype"], format=r["format"], layout=r["layout"],
-                           residual=r["residual"], y_out=r["y_out"], bytes_moved=r["bytes_moved"],
-                           eager_us=f"{r['median_us']:.3f}",
-                           graph_us="" if r.get("graph_us") is None else f"{r['graph_us']:.3f}",
-                           graph_gb_per_s="" if r.get("graph_gb_per_s") is None else f"{r['graph_gb_per_s']:.1f}",
-                           pct_of_copy=f"{self._pct(r):.2f}",
-                           copy_gb_per_s=f"{run.copy:.1f}",
-                           pct_of_same_size_copy="" if vs_same(r) is None else f"{vs_same(r):.1f}",
-                           check=r["check"], rows_checked=r["rows_checked"], note="")
+                yield bench_csv_row(base, run, section, r, self._pct(r))
 
 
 def fp8_mode(a):
