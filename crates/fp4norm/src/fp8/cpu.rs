@@ -205,13 +205,19 @@ fn dynamic<T: Element, S: Copy + Default + Send + Sync>(
     let rm: &[S] = rm;
     match (layout, target) {
         (Fp8ScaleLayout::ColumnMajor, Some(t)) => {
+            // Columns are Mp4 scales: at decode sizes a task per column costs more in
+            // scheduling than the copy, so each task takes at least 4096 scales.
             let mp4 = p.scale_rows();
-            t.par_chunks_mut(mp4).enumerate().for_each(|(grp, col)| {
-                for (row, c) in col[..m].iter_mut().enumerate() {
-                    *c = rm[row * n + grp];
-                }
-                col[m..].fill(S::default()); // padding rows M..Mp4
-            });
+            let columns_per_task = 4096usize.div_ceil(mp4.max(1));
+            t.par_chunks_mut(mp4)
+                .enumerate()
+                .with_min_len(columns_per_task)
+                .for_each(|(grp, col)| {
+                    for (row, c) in col[..m].iter_mut().enumerate() {
+                        *c = rm[row * n + grp];
+                    }
+                    col[m..].fill(S::default()); // padding rows M..Mp4
+                });
         }
         (Fp8ScaleLayout::Swizzled, Some(t)) => {
             let tile_bytes = swizzled_col_tiles(n) * SWIZZLE_TILE_BYTES;
