@@ -309,14 +309,17 @@ impl Options {
         }
     }
     /// The same options with another eps.
+    #[must_use = "returns a new value; the original is unchanged"]
     pub fn with_eps(self, eps: f32) -> Self {
         Options { eps, ..self }
     }
     /// The same options with another format.
+    #[must_use = "returns a new value; the original is unchanged"]
     pub fn with_format(self, format: Fp4Format) -> Self {
         Options { format, ..self }
     }
     /// The same options with another weight bias (1.0 for Gemma's `(1 + w)`).
+    #[must_use = "returns a new value; the original is unchanged"]
     pub fn with_weight_bias(self, weight_bias: f32) -> Self {
         Options {
             weight_bias,

@@ -6,8 +6,12 @@
 use crate::layout::{self, ScaleLayout};
 use crate::{DType, Error, Fp4Format, Options};
 
-/// Shape and options of one call, checked against SPEC.md §5.
+/// Shape and options of one call, checked against SPEC.md §5. Built only by
+/// [`Problem::new`] (its fields are public to read); the byte counts saturate at
+/// `usize::MAX` where a field changed afterwards makes them overflow, so that no buffer
+/// fits them and the call fails instead of wrapping.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Problem {
     /// Rows (tokens); leading dimensions already flattened.
     pub m: usize,
@@ -71,6 +75,7 @@ impl Problem {
     }
 
     /// The same problem without a residual (`rmsnorm_fp4quant`).
+    #[must_use = "returns a new value; the original is unchanged"]
     pub fn without_residual(self) -> Self {
         Problem {
             has_residual: false,
@@ -79,6 +84,7 @@ impl Problem {
     }
 
     /// The same problem with (or without) `y_out`.
+    #[must_use = "returns a new value; the original is unchanged"]
     pub fn with_y_out(self, y_out: bool) -> Self {
         Problem {
             has_y_out: y_out,
@@ -98,17 +104,17 @@ impl Problem {
 
     /// Bytes of `y_fp4`: `M · H / 2`.
     pub fn fp4_len(&self) -> usize {
-        self.m * (self.h / 2)
+        self.m.saturating_mul(self.h / 2)
     }
 
     /// Bytes of the row-major scale buffer: `M · H / B`.
     pub fn row_major_scales_len(&self) -> usize {
-        self.m * self.n_blocks()
+        self.m.saturating_mul(self.n_blocks())
     }
 
     /// Bytes of the swizzled scale buffer: `Mp · nK · 4` (padding included).
     pub fn swizzled_scales_len(&self) -> usize {
-        layout::swizzled_len(self.m, self.n_blocks()).expect("checked in Problem::new")
+        layout::swizzled_len(self.m, self.n_blocks()).unwrap_or(usize::MAX)
     }
 
     /// Scale bytes written in this problem's layout (both buffers for [`ScaleLayout::Both`]).

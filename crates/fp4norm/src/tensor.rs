@@ -59,7 +59,7 @@ impl<'a, T> MatRef<'a, T> {
         cols: usize,
         row_stride: usize,
     ) -> Result<Self, Error> {
-        view_len("matrix", data.len(), rows, cols, row_stride)?;
+        view_len("MatRef", data.len(), rows, cols, row_stride)?;
         Ok(MatRef {
             data,
             rows,
@@ -112,7 +112,7 @@ impl<'a, T> MatMut<'a, T> {
         cols: usize,
         row_stride: usize,
     ) -> Result<Self, Error> {
-        view_len("matrix", data.len(), rows, cols, row_stride)?;
+        view_len("MatMut", data.len(), rows, cols, row_stride)?;
         Ok(MatMut {
             data,
             rows,

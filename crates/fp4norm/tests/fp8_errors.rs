@@ -547,6 +547,15 @@ fn sizes_overflow() {
         Fp8Problem::new(usize::MAX - 1, 32, DType::BF16, &cm),
         Err(Error::SizeOverflow)
     ));
+    // Fields changed after `Fp8Problem::new`: lengths saturate, nothing divides by zero.
+    let mut p = Fp8Problem::new(4, 64, DType::BF16, &cm).unwrap();
+    p.m = usize::MAX;
+    assert_eq!(p.q_len(), usize::MAX);
+    assert_eq!(p.scales_len(), usize::MAX);
+    assert_eq!(p.scale_bytes_written(), usize::MAX);
+    let mut p = Fp8Problem::new(4, 64, DType::BF16, &opts).unwrap();
+    p.h = 0;
+    assert_eq!((p.n_groups(), p.q_len()), (0, 0));
 }
 
 #[test]

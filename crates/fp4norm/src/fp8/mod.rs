@@ -306,11 +306,13 @@ impl Fp8Options {
     }
 
     /// The same options with another eps.
+    #[must_use = "returns a new value; the original is unchanged"]
     pub fn with_eps(self, eps: f32) -> Self {
         Fp8Options { eps, ..self }
     }
 
     /// The same options with another weight bias.
+    #[must_use = "returns a new value; the original is unchanged"]
     pub fn with_weight_bias(self, weight_bias: f32) -> Self {
         Fp8Options {
             weight_bias,
@@ -359,7 +361,10 @@ pub struct Fp8Out<'a, T> {
 }
 
 /// Shape and options of one FP8 call, checked: every buffer length and the byte count.
+/// Built only by [`Fp8Problem::new`] (its fields are public to read); its lengths saturate
+/// at `usize::MAX` as [`Problem`](crate::Problem)'s do.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Fp8Problem {
     /// Rows (tokens); leading dimensions already flattened.
     pub m: usize,
@@ -439,6 +444,7 @@ impl Fp8Problem {
     }
 
     /// The same problem without a residual (`rmsnorm_fp8quant`).
+    #[must_use = "returns a new value; the original is unchanged"]
     pub fn without_residual(self) -> Self {
         Fp8Problem {
             has_residual: false,
@@ -447,6 +453,7 @@ impl Fp8Problem {
     }
 
     /// The same problem with (or without) `y_out`.
+    #[must_use = "returns a new value; the original is unchanged"]
     pub fn with_y_out(self, y_out: bool) -> Self {
         Fp8Problem {
             has_y_out: y_out,
@@ -464,7 +471,8 @@ impl Fp8Problem {
 
     /// Groups per row, `H / G` (0 for a per-tensor scale).
     pub fn n_groups(&self) -> usize {
-        self.group().map_or(0, |g| self.h / g)
+        self.group()
+            .map_or(0, |g| self.h.checked_div(g).unwrap_or(0))
     }
 
     /// The scale layout, or `None` for a per-tensor scale.
@@ -485,7 +493,7 @@ impl Fp8Problem {
 
     /// Bytes of `q`: `M · H`.
     pub fn q_len(&self) -> usize {
-        self.m * self.h
+        self.m.saturating_mul(self.h)
     }
 
     /// Rows of the scale layout, padding included: `M` (row-major), `Mp4 = 4 · ceil(M/4)`
@@ -494,8 +502,8 @@ impl Fp8Problem {
         match self.layout() {
             None => 0,
             Some(Fp8ScaleLayout::RowMajor) => self.m,
-            Some(Fp8ScaleLayout::ColumnMajor) => self.m.div_ceil(4) * 4,
-            Some(Fp8ScaleLayout::Swizzled) => self.m.div_ceil(128) * 128,
+            Some(Fp8ScaleLayout::ColumnMajor) => self.m.div_ceil(4).saturating_mul(4),
+            Some(Fp8ScaleLayout::Swizzled) => self.m.div_ceil(128).saturating_mul(128),
         }
     }
 
@@ -505,11 +513,9 @@ impl Fp8Problem {
         let n = self.n_groups();
         match self.layout() {
             None => 0,
-            Some(Fp8ScaleLayout::RowMajor) => self.m * n,
-            Some(Fp8ScaleLayout::ColumnMajor) => self.scale_rows() * n,
-            Some(Fp8ScaleLayout::Swizzled) => {
-                swizzled_len(self.m, n).expect("checked in Fp8Problem::new")
-            }
+            Some(Fp8ScaleLayout::RowMajor) => self.m.saturating_mul(n),
+            Some(Fp8ScaleLayout::ColumnMajor) => self.scale_rows().saturating_mul(n),
+            Some(Fp8ScaleLayout::Swizzled) => swizzled_len(self.m, n).unwrap_or(usize::MAX),
         }
     }
 
@@ -524,7 +530,7 @@ impl Fp8Problem {
 
     /// Scale bytes written, padding included.
     pub fn scale_bytes_written(&self) -> usize {
-        self.scales_len() * self.scale_element_bytes()
+        self.scales_len().saturating_mul(self.scale_element_bytes())
     }
 
     /// Where scale `(row, g)` sits in the scale buffer (for `row < M`, `g < H/G`; 0 for a
