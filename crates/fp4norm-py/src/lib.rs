@@ -58,6 +58,7 @@ impl From<Error> for Fail {
             Error::DTypeMismatch { .. } | Error::UnsupportedDType(_) => Fail::Type(e.to_string()),
             Error::CudaUnavailable(_)
             | Error::NvrtcUnavailable(_)
+            | Error::NcclUnavailable(_)
             | Error::Compile { .. }
             | Error::Cuda { .. } => Fail::Runtime(e.to_string()),
             _ => Fail::Value(e.to_string()),

@@ -138,6 +138,16 @@ pub enum Error {
     #[error("{name} is a null pointer")]
     NullPointer { name: &'static str },
 
+    /// A buffer whose address plus length passes the end of the 64-bit address space.
+    #[error(
+        "{name} at address {address:#x} with {bytes} bytes runs past the end of the address space"
+    )]
+    AddressOverflow {
+        name: &'static str,
+        address: u64,
+        bytes: usize,
+    },
+
     /// A combination this backend does not implement.
     #[error("not supported: {0}")]
     Unsupported(String),
@@ -145,6 +155,10 @@ pub enum Error {
     /// The CUDA driver library could not be loaded.
     #[error("CUDA driver not available: {0}")]
     CudaUnavailable(String),
+
+    /// The NCCL library could not be loaded (tensor parallel from Rust).
+    #[error("NCCL not available: {0}")]
+    NcclUnavailable(String),
 
     /// NVRTC (the CUDA run-time compiler) could not be found.
     #[error("NVRTC not found ({0}). Install it with `pip install nvidia-cuda-nvrtc==13.0.88` or a CUDA toolkit, or set FP4NORM_NVRTC_DIR to the folder holding libnvrtc.so.13 and libnvrtc-builtins.so.13.0")]

@@ -6,7 +6,7 @@
 //! [`RawDequant::validate`] check everything that can be checked from that description —
 //! shapes, lengths, 64-bit extents, pointer alignment, overlaps — before any backend writes
 //! a byte. Every front runs them: the safe host API (from its slices), the CUDA raw entry
-//! ([`crate::cuda::Gpu::launch_raw`], which adds only its device checks), the Python module
+//! (`cuda::Gpu::launch_raw` with the `cuda` feature, which adds only its device checks), the Python module
 //! and the PyTorch operators. [`run_host`] runs a validated call over host memory.
 
 use crate::layout::ScaleLayout;
@@ -169,7 +169,13 @@ impl Range {
         Ok(Range {
             name,
             start: ptr,
-            end: ptr.checked_add(bytes as u64).ok_or(Error::SizeOverflow)?,
+            end: ptr
+                .checked_add(bytes as u64)
+                .ok_or(Error::AddressOverflow {
+                    name,
+                    address: ptr,
+                    bytes,
+                })?,
             written,
         })
     }
@@ -526,12 +532,15 @@ impl RawDequant {
             sw.map(|b| ("block_scale (swizzled)", b.len.unwrap_or(sf_len))),
         )?;
         let out_len = self.m.checked_mul(self.h).ok_or(Error::SizeOverflow)?;
-        p.check_len(
-            "out",
-            self.out.len.unwrap_or(out_len),
-            out_len,
-            &format!("M·H for M = {}, H = {}", self.m, self.h),
-        )?;
+        let got = self.out.len.unwrap_or(out_len);
+        if got != out_len {
+            return Err(Error::F32Length {
+                name: "out",
+                expected: out_len,
+                got,
+                what: format!("M·H for M = {}, H = {}", self.m, self.h),
+            });
+        }
         let gs = check_global_scale(&self.global_scale, self.m)?
             .filter(|_| self.format.scale == ScaleFormat::E4M3);
         if self.m == 0 {

@@ -525,6 +525,14 @@ fn null_and_misaligned_pointers_are_refused(backend: Backend) {
             )
         },
     );
+    // A buffer ending past the 64-bit address space is named as such, not as a size error.
+    expect_err_edited(
+        &s,
+        backend,
+        "y_fp4 at the top of the address space",
+        |c| c.y_fp4.ptr = u64::MAX - 15,
+        |e| matches!(e, Error::AddressOverflow { name: "y_fp4", .. }),
+    );
     let mut t = s.clone();
     t.gs = Gs::PerRow(vec![1.0; 4]);
     expect_err_edited(
@@ -803,6 +811,14 @@ fn size_overflow() {
     .unwrap_err();
     assert!(matches!(e, Error::SizeOverflow), "{e:?}");
     assert!(out.iter().all(|&v| v == 7.0));
+    // A problem's fields are public to read; one changed after `Problem::new` makes its
+    // lengths saturate (so no buffer matches them) instead of wrapping or panicking.
+    let mut p = Problem::new(4, 64, DType::BF16, ScaleLayout::Both, &o).unwrap();
+    p.m = usize::MAX;
+    assert_eq!(p.fp4_len(), usize::MAX);
+    assert_eq!(p.row_major_scales_len(), usize::MAX);
+    assert_eq!(p.swizzled_scales_len(), usize::MAX);
+    assert_eq!(p.scale_bytes_written(), usize::MAX);
     // SPEC.md §5: sizes are 64-bit, M·H ≥ 2^31 is fine (no buffers needed to check the sizes).
     let p = Problem::new(1 << 20, 1 << 12, DType::BF16, ScaleLayout::Both, &o).unwrap();
     assert_eq!(p.fp4_len(), 1 << 31);
@@ -923,7 +939,7 @@ fn dequantize_errors_write_nothing() {
             |e| {
                 matches!(
                     e,
-                    Error::OutputSize {
+                    Error::F32Length {
                         name: "out",
                         expected: 192,
                         got: 191,

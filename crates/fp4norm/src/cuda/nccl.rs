@@ -59,7 +59,7 @@ fn nccl() -> Result<&'static NcclLib, Error> {
     static LIB: OnceLock<Result<NcclLib, String>> = OnceLock::new();
     LIB.get_or_init(load)
         .as_ref()
-        .map_err(|m| Error::Unsupported(m.clone()))
+        .map_err(|m| Error::NcclUnavailable(m.clone()))
 }
 
 fn load() -> Result<NcclLib, String> {
@@ -73,11 +73,11 @@ fn load() -> Result<NcclLib, String> {
         // SAFETY: loading NCCL runs its initialisers, which have no preconditions.
         match unsafe { libloading::Library::new(name) } {
             Ok(lib) => return bind(lib).map_err(|e| format!("NCCL ({name}): {e}")),
-            Err(e) => tried.push(format!("{name}: {e}")),
+            Err(e) => tried.push(e.to_string()), // libloading's message names the file
         }
     }
     Err(format!(
-        "NCCL could not be loaded (set FP4NORM_NCCL_LIB to libnccl.so.2's path): {}",
+        "{} (set FP4NORM_NCCL_LIB to libnccl.so.2's path)",
         tried.join("; ")
     ))
 }
@@ -253,6 +253,9 @@ fn process_token() -> u64 {
 /// (an allocation of the gather's buffer, say) leaves the others waiting in NCCL, as any
 /// NCCL collective does; the arguments' checks come before it and fail alike on every
 /// rank that makes the same call.
+///
+/// `NcclRanks` is `Send` but not `Sync`: move it to the thread that drives its rank; its
+/// calls take `&mut self`, which keeps one call at a time on its buffers.
 pub struct NcclRanks {
     lib: &'static NcclLib,
     comm: NcclComm,
