@@ -141,6 +141,10 @@ impl CodecSelfCheck {
 
 /// One GPU: its context (the primary context, shared with PyTorch and other users of the
 /// runtime API), its architecture and its compiled kernels.
+///
+/// `Gpu` is `Send + Sync`: one handle (in an `Arc`) serves every thread, and calls from
+/// several threads at once are safe — each launches on the stream it is given, kernels are
+/// compiled once per configuration under a lock, and its settings are atomics.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     arch: String,
@@ -161,6 +165,12 @@ pub struct Gpu {
     /// that depends on them (see [`Gpu::conversion_path`]).
     conversions: std::sync::OnceLock<ConversionPath>,
 }
+
+// The promise of `Gpu`'s documentation, checked at compile time.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Gpu>();
+};
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -894,6 +904,7 @@ impl Gpu {
 }
 
 /// A read-only `rows × cols` device matrix; row `i` starts at element `i · row_stride`.
+#[derive(Debug)]
 pub struct DevMat<'a, T> {
     view: CudaView<'a, T>,
     rows: usize,
@@ -927,6 +938,7 @@ impl<'a, T> DevMat<'a, T> {
 }
 
 /// A mutable `rows × cols` device matrix; row `i` starts at element `i · row_stride`.
+#[derive(Debug)]
 pub struct DevMatMut<'a, T> {
     view: CudaViewMut<'a, T>,
     rows: usize,
@@ -965,6 +977,7 @@ impl<'a, T> DevMatMut<'a, T> {
 }
 
 /// Where the outputs of one GPU call go.
+#[derive(Debug)]
 pub struct DevFp4Out<'a, T> {
     /// Packed FP4, `M · H/2` bytes.
     pub y_fp4: CudaViewMut<'a, u8>,
@@ -976,6 +989,7 @@ pub struct DevFp4Out<'a, T> {
 
 /// The global scale, in device memory so the kernel reads it at run time (graph replays
 /// see new values). Ignored by UE8M0 scales.
+#[derive(Debug)]
 pub enum DevGlobalScale<'a> {
     /// No global scale (1.0).
     None,

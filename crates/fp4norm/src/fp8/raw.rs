@@ -2,7 +2,7 @@
 //! [`RawFp8Call::validate`] is its validator (the FP8 rules of [`super::Fp8Problem`] plus
 //! lengths, extents, alignment and overlaps, as [`crate::RawCall::validate`] does for the
 //! FP4 op), and [`run_host_fp8`] runs a validated call over host memory. The CUDA backend
-//! ([`crate::cuda::Gpu::launch_fp8_raw`]) and the Python module run the same validator.
+//! (`cuda::Gpu::launch_fp8_raw`, feature `cuda`) and the Python module run the same validator.
 
 use super::{Fp8Options, Fp8Out, Fp8Problem, Fp8ScaleFormat, Fp8Scales, Fp8Scaling};
 use crate::raw::{
