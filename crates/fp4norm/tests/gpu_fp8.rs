@@ -13,7 +13,7 @@ mod sweep;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
-use fp4norm::cuda::{internal, Gpu, LaunchOptions};
+use fp4norm::cuda::{internal, DevFp8Out, DevFp8Scales, DevMat, DevMatMut, Gpu, LaunchOptions};
 use fp4norm::fp8::{self, Fp8Out, Fp8ScaleFormat, Fp8Scales, Fp8Scaling, RawFp8Call};
 use fp4norm::{bf16, f16, DType, Element, MatMut, MatRef, RawBuf, RawMat};
 use gpu_common::{first_diff, seed, upload, SimRanks, POISON, STRATEGIES};
@@ -244,6 +244,46 @@ impl<T: Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits> 
         }
     }
 
+    /// The call through the safe API ([`Gpu::add_rmsnorm_fp8quant`] or
+    /// [`Gpu::rmsnorm_fp8quant`]) over these buffers: aligned cases with no scale offset.
+    fn launch_safe(
+        &mut self,
+        g: &Gpu,
+        stream: &Arc<CudaStream>,
+        c: &Fp8Case,
+        hc: &Host<T>,
+    ) -> Result<(), fp4norm::Error> {
+        let p = c.problem();
+        let (m, h) = (c.m, c.h);
+        let (in_memory, options) = call_options(c);
+        let n = p.scales_len();
+        let scales = match p.scale_format() {
+            None => DevFp8Scales::None,
+            // SAFETY: the allocation holds 4 · n bytes (the reference's f32 scales) and
+            // every bit pattern is an f32.
+            Some(Fp8ScaleFormat::F32 { .. }) => {
+                DevFp8Scales::F32(unsafe { self.sf.transmute_mut::<f32>(n) }.unwrap())
+            }
+            Some(Fp8ScaleFormat::UE8M0) => DevFp8Scales::UE8M0(self.sf.slice_mut(..n)),
+        };
+        let out = DevFp8Out {
+            q: self.q.slice_mut(..hc.q.len()),
+            scales,
+            y_out: c
+                .y_out
+                .then(|| DevMatMut::new(self.y.slice_mut(..hc.y.len()), m, h)),
+        };
+        let static_scale = in_memory.map(|_| self.s.slice(..1));
+        let x = DevMat::new(self.x.slice(..hc.x.len()), m, h);
+        let w = self.w.slice(..h);
+        if c.residual {
+            let r = DevMatMut::new(self.r.slice_mut(..hc.r.len()), m, h);
+            g.add_rmsnorm_fp8quant(stream, x, r, &w, out, static_scale.as_ref(), &options)
+        } else {
+            g.rmsnorm_fp8quant(stream, x, &w, out, static_scale.as_ref(), &options)
+        }
+    }
+
     /// The outputs against the reference's bytes `hc`; `x` unchanged.
     fn verify(
         &self,
@@ -314,8 +354,10 @@ fn check_on_gpu_with_ranks<
     let (m, h) = (c.m, c.h);
     let off = c.misaligned as usize;
     let e = T::DTYPE.size() as u64;
-    let d = DevCase::upload(stream, c, hc, &hc.x);
+    let mut d = DevCase::upload(stream, c, hc, &hc.x);
     let call = d.call(stream, c, hc, None);
+    // Every other aligned case runs through the safe API, the rest through the raw entry.
+    let safe = others.is_empty() && off == 0 && c.scale_offset() == 0 && (m + h / 8) % 2 == 0;
     let others_d: Vec<CudaSlice<T>> = others
         .iter()
         .map(|x| upload(stream, &padded(c, x)))
@@ -332,7 +374,9 @@ fn check_on_gpu_with_ranks<
         .collect();
     // SAFETY: every buffer is a live allocation of this device holding the extents given.
     unsafe {
-        if others.is_empty() {
+        if safe {
+            d.launch_safe(g, stream, c, hc)
+        } else if others.is_empty() {
             g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default())
         } else {
             g.launch_fp8_allreduce_raw(
@@ -394,6 +438,74 @@ fn gpu_fp8_sweep_matches_the_reference() {
     let cases = fp8_cases();
     let failures = run_cases(g, &cases, 0xf8);
     report("FP8 sweep", cases.len(), &failures);
+}
+
+/// The safe API checks the scale output's kind against the options before anything is
+/// written: f32 scales for MXFP8's UE8M0 codes, codes for f32 scales, any for a per-tensor
+/// scale.
+#[test]
+fn gpu_fp8_safe_api_refuses_the_wrong_scale_kind() {
+    let _gpu = gpu_common::shared();
+    let g = require_gpu!("gpu_fp8_safe_api_refuses_the_wrong_scale_kind");
+    let stream = g.context().new_stream().unwrap();
+    let (m, h) = (4, 256);
+    let x = upload(&stream, &vec![bf16::ONE; m * h]);
+    let w = upload(&stream, &vec![bf16::ONE; h]);
+    let mut q = upload(&stream, &vec![POISON; m * h]);
+    let mut f = upload(&stream, &vec![f32::from_bits(0xAAAA_AAAA); 4 * m * h / 32]);
+    let mut u = upload(&stream, &vec![POISON; 4 * m * h / 32]);
+    let per_group = fp8::Fp8Options::dynamic(
+        fp8::Fp8Element::E4M3,
+        fp8::Fp8Group::G32,
+        fp8::Fp8ScaleFormat::F32_NO_FLOOR,
+        fp8::Fp8ScaleLayout::RowMajor,
+    );
+    let per_tensor = fp8::Fp8Options::per_tensor(fp8::Fp8Element::E4M3, 1.0);
+    for (opts, which) in [
+        (fp8::Fp8Options::mxfp8(), "f32"),
+        (per_group, "ue8m0"),
+        (per_tensor, "f32"),
+    ] {
+        let n = fp8::Fp8Problem::new(m, h, DType::BF16, &opts)
+            .unwrap()
+            .scales_len()
+            .max(1);
+        let scales = match which {
+            "f32" => DevFp8Scales::F32(f.slice_mut(..n)),
+            _ => DevFp8Scales::UE8M0(u.slice_mut(..n)),
+        };
+        let out = DevFp8Out {
+            q: q.slice_mut(..),
+            scales,
+            y_out: None,
+        };
+        let e = g
+            .rmsnorm_fp8quant(
+                &stream,
+                DevMat::new(x.slice(..), m, h),
+                &w.slice(..),
+                out,
+                None,
+                &opts,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e, fp4norm::Error::Fp8ScaleKind { .. }),
+            "{which}: {e}"
+        );
+    }
+    stream.synchronize().unwrap();
+    let q: Vec<u8> = stream.clone_dtoh(&q).unwrap();
+    let u: Vec<u8> = stream.clone_dtoh(&u).unwrap();
+    let f: Vec<f32> = stream.clone_dtoh(&f).unwrap();
+    assert!(
+        q.iter().chain(&u).all(|&b| b == POISON),
+        "a refused call wrote codes"
+    );
+    assert!(
+        f.iter().all(|v| v.to_bits() == 0xAAAA_AAAA),
+        "a refused call wrote scales"
+    );
 }
 
 /// Column-major f32 scales of calls the launch table writes in two kernels (staged by 8-row

@@ -819,69 +819,24 @@ impl Gpu {
         opts: &Options,
     ) -> Result<(), Error> {
         self.check_stream(stream)?;
-        // cudarc's guards record each buffer's use on `stream` when dropped, after the launch.
-        let mut guards: Vec<SyncOnDrop<'_>> = Vec::new();
-        fn keep<'g>(guards: &mut Vec<SyncOnDrop<'g>>, (ptr, guard): (u64, SyncOnDrop<'g>)) -> u64 {
-            guards.push(guard);
-            ptr
-        }
-        let x_raw = RawMat {
-            ptr: keep(&mut guards, x.view.device_ptr(stream)),
-            rows: x.rows,
-            cols: x.cols,
-            row_stride: x.row_stride,
-            len: Some(x.view.len()),
-        };
-        let residual_raw = residual.as_mut().map(|r| RawMat {
-            len: Some(r.view.len()),
-            ptr: keep(&mut guards, r.view.device_ptr_mut(stream)),
-            rows: r.rows,
-            cols: r.cols,
-            row_stride: r.row_stride,
-        });
-        let weight = RawBuf::new(keep(&mut guards, w.device_ptr(stream)), w.len());
-        let y_fp4_len = out.y_fp4.len();
-        let y_fp4 = RawBuf::new(
-            keep(&mut guards, out.y_fp4.device_ptr_mut(stream)),
-            y_fp4_len,
-        );
-        let y_out = out.y_out.as_mut().map(|y| RawMat {
-            len: Some(y.view.len()),
-            ptr: keep(&mut guards, y.view.device_ptr_mut(stream)),
-            rows: y.rows,
-            cols: y.cols,
-            row_stride: y.row_stride,
-        });
-        fn dev_buf<'g>(
-            guards: &mut Vec<SyncOnDrop<'g>>,
-            v: &'g mut CudaViewMut<'_, u8>,
-            stream: &'g CudaStream,
-        ) -> RawBuf {
-            let len = v.len();
-            RawBuf::new(keep(guards, v.device_ptr_mut(stream)), len)
-        }
+        let mut uses = Uses::new(stream);
+        let x_raw = uses.mat(&x);
+        let residual_raw = residual.as_mut().map(|r| uses.mat_mut(r));
+        let weight = uses.view(w);
+        let y_fp4 = uses.view_mut(&mut out.y_fp4);
+        let y_out = out.y_out.as_mut().map(|y| uses.mat_mut(y));
         let scales = match &mut out.scales {
-            ScaleOut::RowMajor(r) => ScaleOut::RowMajor(dev_buf(&mut guards, r, stream)),
-            ScaleOut::Swizzled(s) => ScaleOut::Swizzled(dev_buf(&mut guards, s, stream)),
+            ScaleOut::RowMajor(r) => ScaleOut::RowMajor(uses.view_mut(r)),
+            ScaleOut::Swizzled(s) => ScaleOut::Swizzled(uses.view_mut(s)),
             ScaleOut::Both {
                 row_major,
                 swizzled,
             } => ScaleOut::Both {
-                row_major: dev_buf(&mut guards, row_major, stream),
-                swizzled: dev_buf(&mut guards, swizzled, stream),
+                row_major: uses.view_mut(row_major),
+                swizzled: uses.view_mut(swizzled),
             },
         };
-        let global_scale = match &gs {
-            DevGlobalScale::None => RawGlobalScale::None,
-            DevGlobalScale::Uniform(v) => RawGlobalScale::Uniform(RawBuf::new(
-                keep(&mut guards, v.device_ptr(stream)),
-                v.len(),
-            )),
-            DevGlobalScale::PerRow(v) => RawGlobalScale::PerRow(RawBuf::new(
-                keep(&mut guards, v.device_ptr(stream)),
-                v.len(),
-            )),
-        };
+        let global_scale = uses.global_scale(&gs);
         let call = RawCall {
             dtype: T::DTYPE,
             x: x_raw,
@@ -898,8 +853,194 @@ impl Gpu {
         let result = unsafe {
             raw::launch_fused(self, stream.cu_stream(), &call, &LaunchOptions::default())
         };
-        drop(guards);
+        drop(uses);
         result
+    }
+
+    /// Residual add + RMSNorm + FP8 quantisation (SPEC.md §8) on cudarc device memory,
+    /// enqueued on `stream`. Same contract as [`crate::fp8::cpu::add_rmsnorm_fp8quant`];
+    /// the bytes are identical. `static_scale`, for a per-tensor scale, is one f32 in
+    /// device memory that the kernel reads when it runs (a captured CUDA graph sees new
+    /// values on replay); `None` takes the scale in `opts`.
+    #[allow(clippy::too_many_arguments)] // the op's tensors, as in FlashInfer's signature
+    pub fn add_rmsnorm_fp8quant<T: Element + DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        input: DevMat<'_, T>,
+        residual: DevMatMut<'_, T>,
+        weight: &CudaView<'_, T>,
+        out: DevFp8Out<'_, T>,
+        static_scale: Option<&CudaView<'_, f32>>,
+        opts: &crate::fp8::Fp8Options,
+    ) -> Result<(), Error> {
+        self.run_fp8_safe(
+            stream,
+            input,
+            Some(residual),
+            weight,
+            out,
+            static_scale,
+            opts,
+        )
+    }
+
+    /// RMSNorm + FP8 quantisation without a residual, on cudarc device memory.
+    pub fn rmsnorm_fp8quant<T: Element + DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        input: DevMat<'_, T>,
+        weight: &CudaView<'_, T>,
+        out: DevFp8Out<'_, T>,
+        static_scale: Option<&CudaView<'_, f32>>,
+        opts: &crate::fp8::Fp8Options,
+    ) -> Result<(), Error> {
+        self.run_fp8_safe(stream, input, None, weight, out, static_scale, opts)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_fp8_safe<T: Element + DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        x: DevMat<'_, T>,
+        mut residual: Option<DevMatMut<'_, T>>,
+        w: &CudaView<'_, T>,
+        mut out: DevFp8Out<'_, T>,
+        static_scale: Option<&CudaView<'_, f32>>,
+        opts: &crate::fp8::Fp8Options,
+    ) -> Result<(), Error> {
+        self.check_stream(stream)?;
+        // The raw call carries no buffer kinds: the scales' kind is checked here, as the
+        // host API's validator does, so f32 scales never receive UE8M0 codes.
+        let p = crate::fp8::Fp8Problem::new(x.rows, x.cols, T::DTYPE, opts)?;
+        let expected = DevFp8Scales::kind_for(p.scale_format());
+        let got = out.scales.kind();
+        if got != expected {
+            return Err(Error::Fp8ScaleKind { expected, got });
+        }
+        let mut uses = Uses::new(stream);
+        let call = crate::fp8::RawFp8Call {
+            dtype: T::DTYPE,
+            x: uses.mat(&x),
+            residual: residual.as_mut().map(|r| uses.mat_mut(r)),
+            weight: uses.view(w),
+            q: uses.view_mut(&mut out.q),
+            scales: match &mut out.scales {
+                DevFp8Scales::None => None,
+                DevFp8Scales::F32(s) => Some(uses.view_mut(s)),
+                DevFp8Scales::UE8M0(s) => Some(uses.view_mut(s)),
+            },
+            static_scale: static_scale.map(|v| uses.view(v)),
+            y_out: out.y_out.as_mut().map(|y| uses.mat_mut(y)),
+            options: *opts,
+        };
+        // SAFETY: every pointer comes from a live cudarc allocation whose length is passed
+        // along and checked; the views borrow them until after the launch.
+        let result = unsafe {
+            raw::launch_fused_fp8(
+                self,
+                stream.cu_stream(),
+                &call,
+                raw::Ranks::Gathered(&[]),
+                &LaunchOptions::default(),
+            )
+        };
+        drop(uses);
+        result
+    }
+
+    /// Dequantisation of packed FP4 and its scales (SPEC.md §4) to f32, on cudarc device
+    /// memory, enqueued on `stream`: the bytes of [`crate::dequantize`].
+    #[allow(clippy::too_many_arguments)] // the host function's arguments and the stream
+    pub fn dequantize(
+        &self,
+        stream: &CudaStream,
+        m: usize,
+        h: usize,
+        format: crate::Fp4Format,
+        y_fp4: &CudaView<'_, u8>,
+        scales: DevScaleIn<'_>,
+        global_scale: DevGlobalScale<'_>,
+        out: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), Error> {
+        self.check_stream(stream)?;
+        let mut uses = Uses::new(stream);
+        let call = RawDequant {
+            m,
+            h,
+            format,
+            y_fp4: uses.view(y_fp4),
+            scales: match &scales {
+                DevScaleIn::RowMajor(v) => ScaleOut::RowMajor(uses.view(v)),
+                DevScaleIn::Swizzled(v) => ScaleOut::Swizzled(uses.view(v)),
+            },
+            global_scale: uses.global_scale(&global_scale),
+            out: uses.view_mut(out),
+        };
+        // SAFETY: as in `run_safe`.
+        let result = unsafe {
+            raw::launch_dequant(self, stream.cu_stream(), &call, &LaunchOptions::default())
+        };
+        drop(uses);
+        result
+    }
+}
+
+/// The raw descriptions of the safe API's device views, and cudarc's guards that record
+/// each buffer's use on the stream when dropped (after the launch).
+struct Uses<'g> {
+    stream: &'g CudaStream,
+    guards: Vec<SyncOnDrop<'g>>,
+}
+
+impl<'g> Uses<'g> {
+    fn new(stream: &'g CudaStream) -> Self {
+        Uses {
+            stream,
+            guards: Vec::new(),
+        }
+    }
+
+    fn view<T>(&mut self, v: &'g CudaView<'_, T>) -> RawBuf {
+        let (ptr, guard) = v.device_ptr(self.stream);
+        self.guards.push(guard);
+        RawBuf::new(ptr, v.len())
+    }
+
+    fn view_mut<T>(&mut self, v: &'g mut CudaViewMut<'_, T>) -> RawBuf {
+        let len = v.len();
+        let (ptr, guard) = v.device_ptr_mut(self.stream);
+        self.guards.push(guard);
+        RawBuf::new(ptr, len)
+    }
+
+    fn mat<T>(&mut self, m: &'g DevMat<'_, T>) -> RawMat {
+        let b = self.view(&m.view);
+        RawMat {
+            ptr: b.ptr,
+            rows: m.rows,
+            cols: m.cols,
+            row_stride: m.row_stride,
+            len: b.len,
+        }
+    }
+
+    fn mat_mut<T>(&mut self, m: &'g mut DevMatMut<'_, T>) -> RawMat {
+        let b = self.view_mut(&mut m.view);
+        RawMat {
+            ptr: b.ptr,
+            rows: m.rows,
+            cols: m.cols,
+            row_stride: m.row_stride,
+            len: b.len,
+        }
+    }
+
+    fn global_scale(&mut self, gs: &'g DevGlobalScale<'_>) -> RawGlobalScale {
+        match gs {
+            DevGlobalScale::None => RawGlobalScale::None,
+            DevGlobalScale::Uniform(v) => RawGlobalScale::Uniform(self.view(v)),
+            DevGlobalScale::PerRow(v) => RawGlobalScale::PerRow(self.view(v)),
+        }
     }
 }
 
@@ -985,6 +1126,62 @@ pub struct DevFp4Out<'a, T> {
     pub scales: ScaleOut<CudaViewMut<'a, u8>>,
     /// Optional `[M, H]` normalised values in the input dtype.
     pub y_out: Option<DevMatMut<'a, T>>,
+}
+
+/// Where the outputs of one FP8 GPU call go.
+#[derive(Debug)]
+pub struct DevFp8Out<'a, T> {
+    /// FP8 codes, `M · H` bytes, row by row.
+    pub q: CudaViewMut<'a, u8>,
+    /// Group scales in the options' layout (or none for a per-tensor scale).
+    pub scales: DevFp8Scales<'a>,
+    /// Optional `[M, H]` normalised values in the input dtype.
+    pub y_out: Option<DevMatMut<'a, T>>,
+}
+
+/// The scale output of an FP8 GPU call, as [`crate::fp8::Fp8Scales`] on the host.
+#[derive(Debug)]
+pub enum DevFp8Scales<'a> {
+    /// A per-tensor static scale writes no scales.
+    None,
+    /// f32 scales, [`crate::fp8::Fp8Problem::scales_len`] values in the options' layout.
+    F32(CudaViewMut<'a, f32>),
+    /// UE8M0 codes, [`crate::fp8::Fp8Problem::scales_len`] bytes in the options' layout.
+    UE8M0(CudaViewMut<'a, u8>),
+}
+
+impl DevFp8Scales<'_> {
+    const KIND_NONE: &'static str =
+        "DevFp8Scales::None (a per-tensor static scale writes no scales)";
+    const KIND_F32: &'static str = "DevFp8Scales::F32 (f32 scales)";
+    const KIND_UE8M0: &'static str = "DevFp8Scales::UE8M0 (UE8M0 codes)";
+
+    /// What this output is called in errors.
+    fn kind(&self) -> &'static str {
+        match self {
+            DevFp8Scales::None => Self::KIND_NONE,
+            DevFp8Scales::F32(_) => Self::KIND_F32,
+            DevFp8Scales::UE8M0(_) => Self::KIND_UE8M0,
+        }
+    }
+
+    /// The output a call's scale format needs, as [`DevFp8Scales::kind`] names it.
+    fn kind_for(format: Option<crate::fp8::Fp8ScaleFormat>) -> &'static str {
+        match format {
+            None => Self::KIND_NONE,
+            Some(crate::fp8::Fp8ScaleFormat::F32 { .. }) => Self::KIND_F32,
+            Some(crate::fp8::Fp8ScaleFormat::UE8M0) => Self::KIND_UE8M0,
+        }
+    }
+}
+
+/// The scales a GPU dequantisation reads, in one layout.
+#[derive(Debug)]
+pub enum DevScaleIn<'a> {
+    /// Row-major `[M, H/B]` codes.
+    RowMajor(CudaView<'a, u8>),
+    /// Swizzled 128×4 codes.
+    Swizzled(CudaView<'a, u8>),
 }
 
 /// The global scale, in device memory so the kernel reads it at run time (graph replays
