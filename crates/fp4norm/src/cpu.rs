@@ -26,6 +26,14 @@ use crate::{
     BlockSize, Element, Error, Fp4Format, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem,
 };
 
+/// The FP4 op's row kernels on this CPU: `"avx512"`, `"avx2"` or `"portable"` — the best
+/// this CPU supports, capped by `FP4NORM_CPU_ISA` (every path writes the same bytes; tools
+/// print it so that a figure or a check names the code that ran). The FP8 ops' CPU rows
+/// are portable loops on every CPU.
+pub fn simd_path() -> &'static str {
+    Isa::selected().name()
+}
+
 /// Residual add + RMSNorm + FP4 quantisation (SPEC.md §1) on the CPU.
 ///
 /// `residual ← input + residual` (rounded to the dtype), then the normalised, weighted

@@ -30,7 +30,6 @@ impl Isa {
     pub(crate) const ALL: [Isa; 3] = [Isa::Portable, Isa::Avx2, Isa::Avx512];
 
     /// The name used by `FP4NORM_CPU_ISA`.
-    #[cfg(test)]
     pub(crate) fn name(self) -> &'static str {
         match self {
             Isa::Portable => "portable",
