@@ -12,7 +12,7 @@ use fp4norm::{bf16, f16, Element, Fp4Out, GlobalScale, MatMut, MatRef, Options, 
 use half::slice::HalfBitsSliceExt;
 use rayon::prelude::*;
 
-use crate::case::{Case, Gs, Op, Outputs};
+use crate::case::{try_vec, try_with_capacity, Case, Gs, Op, Outputs};
 use crate::CliError;
 
 /// A device the op can run on.
@@ -66,7 +66,8 @@ pub trait Prepared {
         for _ in 0..warmup {
             self.run_once()?;
         }
-        let mut times = Vec::with_capacity(reps);
+        // Grown as it goes: a huge --reps runs long, it does not reserve memory up front.
+        let mut times = Vec::with_capacity(reps.min(1 << 16));
         for _ in 0..reps {
             let t = Instant::now();
             self.run_once()?;
@@ -187,22 +188,23 @@ impl Backend for HostBackend {
     }
 
     fn prepare<'a>(&'a self, case: &'a Case) -> Result<Box<dyn Prepared + 'a>, CliError> {
-        let out = Outputs::initial(case);
+        let out = Outputs::initial(case)?;
         Ok(Box::new(HostPrepared {
             case,
             reference: self.reference,
-            f32_scales: f32_scales_of(case, &out),
+            f32_scales: f32_scales_of(case, &out)?,
             out,
         }))
     }
 
     fn copy_baseline(&self, bytes: usize, reps: usize) -> Result<CopyBaseline, CliError> {
         const CHUNK: usize = 1 << 20;
-        let mut src = vec![0u8; bytes];
+        let what = "the copy baseline's buffers (--copy-mib)";
+        let mut src = try_vec(bytes, 0u8, what)?;
         src.par_chunks_mut(CHUNK)
             .enumerate()
             .for_each(|(i, c)| c.fill(i as u8 | 1));
-        let mut dst = vec![0u8; bytes];
+        let mut dst = try_vec(bytes, 0u8, what)?;
         let copy = |dst: &mut [u8]| {
             dst.par_chunks_mut(CHUNK)
                 .zip(src.par_chunks(CHUNK))
@@ -216,7 +218,7 @@ impl Backend for HostBackend {
                 t.elapsed().as_secs_f64()
             })
             .collect();
-        if dst[bytes / 2] != src[bytes / 2] {
+        if dst.get(bytes / 2) != src.get(bytes / 2) {
             return Err(CliError("copy baseline: the copy did not copy".into()));
         }
         let median_s = median(&mut times);
@@ -254,7 +256,7 @@ struct HostPrepared<'a> {
 }
 
 /// The f32 view of `out`'s FP8 scales when the case writes f32 scales.
-fn f32_scales_of(case: &Case, out: &Outputs) -> Option<Vec<f32>> {
+fn f32_scales_of(case: &Case, out: &Outputs) -> Result<Option<Vec<f32>>, CliError> {
     match (&case.op, &out.fp8_scales) {
         (
             Op::Fp8 {
@@ -270,17 +272,16 @@ fn f32_scales_of(case: &Case, out: &Outputs) -> Option<Vec<f32>> {
                 ..
             },
             Some(bytes),
-        ) => Some(
-            bytes
-                .chunks(4)
-                .map(|c| {
-                    let mut w = [0u8; 4];
-                    w[..c.len()].copy_from_slice(c);
-                    f32::from_le_bytes(w)
-                })
-                .collect(),
-        ),
-        _ => None,
+        ) => {
+            let mut v = try_with_capacity(bytes.len().div_ceil(4), "the FP8 f32 scales")?;
+            v.extend(bytes.chunks(4).map(|c| {
+                let mut w = [0u8; 4];
+                w[..c.len()].copy_from_slice(c);
+                f32::from_le_bytes(w)
+            }));
+            Ok(Some(v))
+        }
+        _ => Ok(None),
     }
 }
 
@@ -337,13 +338,13 @@ impl Prepared for HostPrepared<'_> {
     }
 
     fn reset(&mut self) -> Result<(), CliError> {
-        self.out = Outputs::initial(self.case);
-        self.f32_scales = f32_scales_of(self.case, &self.out);
+        self.out = Outputs::initial(self.case)?;
+        self.f32_scales = f32_scales_of(self.case, &self.out)?;
         Ok(())
     }
 
     fn outputs(&self) -> Result<Outputs, CliError> {
-        let mut out = self.out.clone();
+        let mut out = self.out.try_clone()?;
         if let (Some(f), Some(b)) = (&self.f32_scales, out.fp8_scales.as_mut()) {
             for (d, v) in b.chunks_mut(4).zip(f) {
                 d.copy_from_slice(&v.to_le_bytes()[..d.len()]);

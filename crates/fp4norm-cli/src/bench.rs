@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use fp4norm::fp8::{Fp8Problem, Fp8Scaling};
-use fp4norm::{DType, Fp4Format, Options, ScaleLayout};
+use fp4norm::{DType, Fp4Format, Options, Problem, ScaleLayout};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -307,6 +307,47 @@ impl BenchArgs {
         if self.copy_mib == Some(0) {
             return Err("--copy-mib must be at least 1".into());
         }
+        if let Some(mib) = self.copy_mib {
+            if mib
+                .checked_mul(1 << 20)
+                .is_none_or(|bytes| bytes > isize::MAX as usize)
+            {
+                return Err(format!(
+                    "--copy-mib {mib}: more bytes than this machine can address"
+                ));
+            }
+        }
+        // Every shape's buffers and byte counts must fit (the library says where they
+        // overflow), for the shapes given and the largest of the default tables.
+        let or_defaults = |given: &[usize], defaults: &[&[usize]]| {
+            if given.is_empty() {
+                defaults.iter().flat_map(|d| d.iter().copied()).collect()
+            } else {
+                given.to_vec()
+            }
+        };
+        let ms = or_defaults(&self.m, &[DEFAULT_M, DEFAULT_M_GPU, QUICK_M]);
+        let hs = or_defaults(&self.h, &[DEFAULT_H, DEFAULT_H_GPU, QUICK_H]);
+        for &m in &ms {
+            for &h in &hs {
+                for v in self.variants() {
+                    let r = match v.op(self) {
+                        Op::Fp4 { opts, layout } => {
+                            Problem::new(m, h, DType::BF16, layout, &opts).map(|_| ())
+                        }
+                        Op::Fp8 { opts, .. } => {
+                            Fp8Problem::new(m, h, DType::BF16, &opts).map(|_| ())
+                        }
+                    };
+                    if let Err(e) = r {
+                        return Err(format!(
+                            "--m {m} x --h {h} (format {}): {e}",
+                            v.label(false)
+                        ));
+                    }
+                }
+            }
+        }
         if !self.weight_bias.is_finite() {
             return Err(format!(
                 "--weight-bias {}: the weight bias must be finite",
@@ -491,7 +532,8 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
                     .wrapping_add((m as u64) << 32 | h as u64)
                     ^ dtype as u64;
                 // One set of inputs per shape and dtype, shared by every format.
-                let mut case = Case::random_op(m, h, dtype, variants[0].op(&a), seed);
+                let mut case = Case::try_random_op(m, h, dtype, variants[0].op(&a), seed)
+                    .map_err(|e| CliError(format!("M={m} H={h}: {e}")))?;
                 case.gs = Gs::Uniform(a.global_scale);
                 case.y_out = a.y_out;
                 if a.no_residual {
@@ -549,7 +591,7 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
         for &m in ms.iter().filter(|&&m| m <= 1024) {
             for &h in hs.iter().filter(|&&h| h <= 8192) {
                 for v in &pdl_variants {
-                    let case = Case::random_op(m, h, a.dtypes[0], v.op(&a), a.seed);
+                    let case = Case::try_random_op(m, h, a.dtypes[0], v.op(&a), a.seed)?;
                     match backend.pdl_chain(&case) {
                         None => {
                             writeln!(out, "(this backend has no programmatic dependent launch)")?;
@@ -788,7 +830,7 @@ fn check_against_reference(
             .par_iter()
             .map(|&s| {
                 let len = part.min(m - s);
-                check_part(case, s, len, all.rows(case, s, len))
+                check_part(case, s, len, all.rows(case, s, len)?)
             })
             .collect::<Vec<_>>();
         for (v, &s) in verdicts.into_iter().zip(wave) {
@@ -809,20 +851,22 @@ fn check_part(
     len: usize,
     got: Outputs,
 ) -> Result<Option<String>, CliError> {
+    let part;
     let sub = if (start, len) == (0, case.m) {
-        case.clone()
+        case
     } else {
-        case.rows(start, len)
+        part = case.rows(start, len)?;
+        &part
     };
     let reference = HostBackend::reference();
-    let mut p = reference.prepare(&sub)?;
+    let mut p = reference.prepare(sub)?;
     if let Err(e) = p.run_once() {
         return Ok(Some(format!(
             "the reference rejects this case ({e}) but the backend ran it"
         )));
     }
     let expected = p.outputs()?;
-    Ok(compare(&sub, &expected, &got).map(|mm| {
+    Ok(compare(sub, &expected, &got).map(|mm| {
         if start == 0 {
             mm.to_string()
         } else {

@@ -14,6 +14,40 @@ use rand::{Rng, RngCore, SeedableRng};
 use rayon::prelude::*;
 
 use crate::format::Fp8Format;
+use crate::CliError;
+
+/// An empty vector with room for `n` elements, or an error naming `what` where the memory
+/// cannot be had (a shape too large for this machine is an error, not an abort).
+pub fn try_with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>, CliError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        CliError(format!(
+            "cannot allocate {} bytes for {what}",
+            n as u128 * std::mem::size_of::<T>() as u128
+        ))
+    })?;
+    Ok(v)
+}
+
+/// `n` copies of `fill`, or an error naming `what` where the memory cannot be had.
+pub fn try_vec<T: Clone>(n: usize, fill: T, what: &str) -> Result<Vec<T>, CliError> {
+    let mut v = try_with_capacity(n, what)?;
+    v.resize(n, fill);
+    Ok(v)
+}
+
+/// A copy of `src`, or an error naming `what` where the memory cannot be had.
+pub fn try_copy<T: Clone>(src: &[T], what: &str) -> Result<Vec<T>, CliError> {
+    let mut v = try_with_capacity(src.len(), what)?;
+    v.extend_from_slice(src);
+    Ok(v)
+}
+
+/// `a · b`, or an error saying the sizes of `what` overflow.
+fn checked_len(a: usize, b: usize, what: &str) -> Result<usize, CliError> {
+    a.checked_mul(b)
+        .ok_or_else(|| CliError(format!("the size of {what} overflows: check M and H")))
+}
 
 /// Byte every code and scale output buffer holds before a call: bytes a backend forgets
 /// to write (layout padding included) then differ from the reference, which writes them.
@@ -162,17 +196,31 @@ impl Case {
     }
 
     /// A case of `op` with contiguous rows, `x` and the residual random, weights around 1,
-    /// global scale 1, no `y_out`.
+    /// global scale 1, no `y_out`. For the small shapes of tests and `verify`: a shape too
+    /// large for this machine's memory panics here (`bench` uses [`Case::try_random_op`]).
     pub fn random_op(m: usize, h: usize, dtype: DType, op: Op, seed: u64) -> Case {
-        let mut x = vec![0u16; m * h];
-        let mut r = vec![0u16; m * h];
+        Case::try_random_op(m, h, dtype, op, seed).expect("a small case")
+    }
+
+    /// [`Case::random_op`], or an error where the inputs cannot be allocated.
+    pub fn try_random_op(
+        m: usize,
+        h: usize,
+        dtype: DType,
+        op: Op,
+        seed: u64,
+    ) -> Result<Case, CliError> {
+        let n = checked_len(m, h, "the input x")?;
+        let mut x = try_vec(n, 0u16, "the input x")?;
+        let mut r = try_vec(n, 0u16, "the residual")?;
         fill_random(&mut x, dtype, seed, -3, 2);
         fill_random(&mut r, dtype, seed ^ 0x9E37_79B9_7F4A_7C15, -3, 2);
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5151);
-        let w = (0..h)
-            .map(|_| to_bits(dtype, rng.random_range(0.5f32..1.5)))
-            .collect();
-        Case {
+        let mut w = try_vec(h, 0u16, "the weight")?;
+        for v in w.iter_mut() {
+            *v = to_bits(dtype, rng.random_range(0.5f32..1.5));
+        }
+        Ok(Case {
             m,
             h,
             stride: h,
@@ -184,7 +232,7 @@ impl Case {
             gs: Gs::Uniform(1.0),
             y_out: false,
             note: String::new(),
-        }
+        })
     }
 
     /// The FP4 options, if this is an FP4 case.
@@ -301,25 +349,29 @@ impl Case {
         s
     }
 
-    /// Rows `start .. start + len` as a case of their own (same options and weight).
-    pub fn rows(&self, start: usize, len: usize) -> Case {
+    /// Rows `start .. start + len` as a case of their own (same options and weight), or
+    /// an error where their copy cannot be allocated.
+    pub fn rows(&self, start: usize, len: usize) -> Result<Case, CliError> {
         let span = start * self.stride..(start + len) * self.stride;
-        Case {
+        Ok(Case {
             m: len,
             h: self.h,
             stride: self.stride,
             dtype: self.dtype,
             op: self.op,
-            x: self.x[span.clone()].to_vec(),
-            residual: self.residual.as_ref().map(|r| r[span].to_vec()),
-            w: self.w.clone(),
+            x: try_copy(&self.x[span.clone()], "a part of the input x")?,
+            residual: match &self.residual {
+                Some(r) => Some(try_copy(&r[span], "a part of the residual")?),
+                None => None,
+            },
+            w: try_copy(&self.w, "the weight")?,
             gs: match &self.gs {
                 Gs::Uniform(g) => Gs::Uniform(*g),
-                Gs::PerRow(v) => Gs::PerRow(v[start..start + len].to_vec()),
+                Gs::PerRow(v) => Gs::PerRow(try_copy(&v[start..start + len], "global scales")?),
             },
             y_out: self.y_out,
             note: format!("rows {start}..{}", start + len),
-        }
+        })
     }
 
     /// Bytes of codes per row: `H/2` packed FP4, `H` FP8.
@@ -458,12 +510,27 @@ pub struct Outputs {
     pub y_out: Option<Vec<u16>>,
 }
 
-impl Outputs {
-    /// Output buffers for `case` as they are before a call: canaries everywhere and the
-    /// residual as the case gives it. Sizes come from the problem when the case is valid,
-    /// otherwise from the plain formulas (so an invalid case still reaches the backend,
-    /// which must reject it).
-    pub fn initial(case: &Case) -> Outputs {
+/// The lengths of a case's output buffers (elements; `None`: the buffer is not written).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputLens {
+    /// Code bytes.
+    pub q: usize,
+    /// FP4 row-major scale bytes.
+    pub row_major: Option<usize>,
+    /// FP4 swizzled scale bytes, padding included.
+    pub swizzled: Option<usize>,
+    /// FP8 scale bytes, padding included.
+    pub fp8_scales: Option<usize>,
+    /// `y_out` elements (the whole strided buffer).
+    pub y_out: Option<usize>,
+}
+
+impl OutputLens {
+    /// The buffers of `case`: from the problem when the case is valid, otherwise from the
+    /// plain formulas (so an invalid case still reaches the backend, which must reject
+    /// it); an error where those overflow.
+    pub fn of(case: &Case) -> Result<OutputLens, CliError> {
+        let overflow = || CliError("output sizes overflow: check M and H".into());
         let (q, rm, sw, f8) = match &case.op {
             Op::Fp4 { opts, layout } => {
                 let nb = case.h / opts.format.block_size();
@@ -474,8 +541,8 @@ impl Outputs {
                         p.swizzled_scales_len(),
                     ),
                     _ => (
-                        case.m * case.h / 2,
-                        case.m * nb,
+                        case.m.checked_mul(case.h / 2).ok_or_else(overflow)?,
+                        case.m.checked_mul(nb).ok_or_else(overflow)?,
                         fp4norm::layout::swizzled_len(case.m, nb).unwrap_or(0),
                     ),
                 };
@@ -487,71 +554,149 @@ impl Outputs {
                 )
             }
             Op::Fp8 { opts, .. } => {
-                let scales = Fp8ScaleGeom::of(case.m, case.h, opts).map(|g| g.len * g.bytes);
-                (case.m * case.h, None, None, scales)
+                let scales = match Fp8ScaleGeom::of(case.m, case.h, opts) {
+                    Some(g) => Some(g.len.checked_mul(g.bytes).ok_or_else(overflow)?),
+                    None => None,
+                };
+                (
+                    case.m.checked_mul(case.h).ok_or_else(overflow)?,
+                    None,
+                    None,
+                    scales,
+                )
             }
         };
-        Outputs {
-            q: vec![OUT_CANARY; q],
-            row_major: rm.map(|n| vec![OUT_CANARY; n]),
-            swizzled: sw.map(|n| vec![OUT_CANARY; n]),
-            fp8_scales: f8.map(|n| vec![OUT_CANARY; n]),
-            residual: case.residual.clone(),
-            y_out: case.y_out.then(|| vec![Y_OUT_CANARY; case.m * case.stride]),
-        }
+        let y_out = match case.y_out {
+            true => Some(case.m.checked_mul(case.stride).ok_or_else(overflow)?),
+            false => None,
+        };
+        Ok(OutputLens {
+            q,
+            row_major: rm,
+            swizzled: sw,
+            fp8_scales: f8,
+            y_out,
+        })
+    }
+}
+
+impl Outputs {
+    /// Output buffers for `case` as they are before a call: canaries everywhere and the
+    /// residual as the case gives it, sized as [`OutputLens::of`] says; an error where
+    /// they cannot be allocated.
+    pub fn initial(case: &Case) -> Result<Outputs, CliError> {
+        let n = OutputLens::of(case)?;
+        let canaries = |len: Option<usize>, what: &str| match len {
+            Some(len) => try_vec(len, OUT_CANARY, what).map(Some),
+            None => Ok(None),
+        };
+        Ok(Outputs {
+            q: try_vec(n.q, OUT_CANARY, "the codes")?,
+            row_major: canaries(n.row_major, "the row-major scales")?,
+            swizzled: canaries(n.swizzled, "the swizzled scales")?,
+            fp8_scales: canaries(n.fp8_scales, "the FP8 scales")?,
+            residual: match &case.residual {
+                Some(r) => Some(try_copy(r, "the residual")?),
+                None => None,
+            },
+            y_out: match n.y_out {
+                Some(len) => Some(try_vec(len, Y_OUT_CANARY, "y_out")?),
+                None => None,
+            },
+        })
+    }
+
+    /// A copy of these outputs, or an error where the memory cannot be had.
+    pub fn try_clone(&self) -> Result<Outputs, CliError> {
+        let opt8 = |v: &Option<Vec<u8>>, what: &str| match v {
+            Some(v) => try_copy(v, what).map(Some),
+            None => Ok(None),
+        };
+        let opt16 = |v: &Option<Vec<u16>>, what: &str| match v {
+            Some(v) => try_copy(v, what).map(Some),
+            None => Ok(None),
+        };
+        Ok(Outputs {
+            q: try_copy(&self.q, "the codes")?,
+            row_major: opt8(&self.row_major, "the row-major scales")?,
+            swizzled: opt8(&self.swizzled, "the swizzled scales")?,
+            fp8_scales: opt8(&self.fp8_scales, "the FP8 scales")?,
+            residual: opt16(&self.residual, "the residual")?,
+            y_out: opt16(&self.y_out, "y_out")?,
+        })
     }
 
     /// The part of these outputs that belongs to rows `start .. start + len` of `case`,
     /// laid out as the outputs of `case.rows(start, len)` would be. With a swizzled
     /// layout, `start` must be a multiple of 128 and `len` too unless the range ends at M;
     /// with an FP8 column-major layout, multiples of 4 likewise.
-    pub fn rows(&self, case: &Case, start: usize, len: usize) -> Outputs {
+    pub fn rows(&self, case: &Case, start: usize, len: usize) -> Result<Outputs, CliError> {
         let qb = case.q_row_bytes();
         // Whole 128-row tiles of the swizzled layout, `n` scales of `bytes` per row.
         let tiles = |s: &[u8], n: usize, bytes: usize| {
             let tile_row_bytes = swizzled_col_tiles(n) * SWIZZLE_TILE_BYTES * bytes;
             let (t0, t1) = (start / SWIZZLE_ROWS, (start + len).div_ceil(SWIZZLE_ROWS));
-            s[t0 * tile_row_bytes..t1 * tile_row_bytes].to_vec()
+            try_copy(
+                &s[t0 * tile_row_bytes..t1 * tile_row_bytes],
+                "a part of the scales",
+            )
         };
         let nb = case
             .fp4()
             .map_or(0, |(o, _)| case.h / o.format.block_size());
         let fp8 = case.fp8().and_then(|o| Fp8ScaleGeom::of(case.m, case.h, o));
-        Outputs {
-            q: self.q[start * qb..(start + len) * qb].to_vec(),
-            row_major: self
-                .row_major
-                .as_ref()
-                .map(|s| s[start * nb..(start + len) * nb].to_vec()),
-            swizzled: self.swizzled.as_ref().map(|s| tiles(s, nb, 1)),
-            fp8_scales: self.fp8_scales.as_ref().map(|s| {
-                let g = fp8.expect("FP8 scales come with FP8 options");
-                let (n, b) = (g.n, g.bytes);
-                match g.layout {
-                    Fp8ScaleLayout::RowMajor => s[start * n * b..(start + len) * n * b].to_vec(),
-                    // Each group's column holds the part's rows and, at the end of the
-                    // tensor, the padding rows up to a multiple of 4.
-                    Fp8ScaleLayout::ColumnMajor => {
-                        let part_rows = len.div_ceil(4) * 4;
-                        (0..n)
-                            .flat_map(|gi| {
-                                let at = (gi * g.rows + start) * b;
-                                s[at..at + part_rows * b].iter().copied()
-                            })
-                            .collect()
+        let fp8_scales = |s: &Vec<u8>| -> Result<Vec<u8>, CliError> {
+            let Some(g) = fp8 else {
+                return Err(CliError("FP8 scales without FP8 options".into()));
+            };
+            let (n, b) = (g.n, g.bytes);
+            match g.layout {
+                Fp8ScaleLayout::RowMajor => try_copy(
+                    &s[start * n * b..(start + len) * n * b],
+                    "a part of the FP8 scales",
+                ),
+                // Each group's column holds the part's rows and, at the end of the
+                // tensor, the padding rows up to a multiple of 4.
+                Fp8ScaleLayout::ColumnMajor => {
+                    let part_rows = len.div_ceil(4) * 4;
+                    let mut v = try_with_capacity(n * part_rows * b, "a part of the FP8 scales")?;
+                    for gi in 0..n {
+                        let at = (gi * g.rows + start) * b;
+                        v.extend_from_slice(&s[at..at + part_rows * b]);
                     }
-                    Fp8ScaleLayout::Swizzled => tiles(s, n, b),
+                    Ok(v)
                 }
-            }),
-            residual: self
-                .residual
+                Fp8ScaleLayout::Swizzled => tiles(s, n, b),
+            }
+        };
+        let span = start * case.stride..(start + len) * case.stride;
+        Ok(Outputs {
+            q: try_copy(
+                &self.q[start * qb..(start + len) * qb],
+                "a part of the codes",
+            )?,
+            row_major: match &self.row_major {
+                Some(s) => Some(try_copy(
+                    &s[start * nb..(start + len) * nb],
+                    "a part of the row-major scales",
+                )?),
+                None => None,
+            },
+            swizzled: self
+                .swizzled
                 .as_ref()
-                .map(|r| r[start * case.stride..(start + len) * case.stride].to_vec()),
-            y_out: self
-                .y_out
-                .as_ref()
-                .map(|y| y[start * case.stride..(start + len) * case.stride].to_vec()),
-        }
+                .map(|s| tiles(s, nb, 1))
+                .transpose()?,
+            fp8_scales: self.fp8_scales.as_ref().map(fp8_scales).transpose()?,
+            residual: match &self.residual {
+                Some(r) => Some(try_copy(&r[span.clone()], "a part of the residual")?),
+                None => None,
+            },
+            y_out: match &self.y_out {
+                Some(y) => Some(try_copy(&y[span], "a part of y_out")?),
+                None => None,
+            },
+        })
     }
 }
 
@@ -883,8 +1028,8 @@ mod tests {
             let whole = reference(&case);
             for (start, len) in [(0, 128), (128, 128), (256, 45), (128, 173), (0, 301)] {
                 assert_eq!(
-                    whole.rows(&case, start, len),
-                    reference(&case.rows(start, len)),
+                    whole.rows(&case, start, len).unwrap(),
+                    reference(&case.rows(start, len).unwrap()),
                     "{} rows {start}..{}",
                     case.describe(),
                     start + len

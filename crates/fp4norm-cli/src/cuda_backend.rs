@@ -11,7 +11,9 @@ use fp4norm::ScaleOut;
 use fp4norm::{RawBuf, RawCall, RawGlobalScale, RawMat};
 
 use crate::backend::{median, Backend, CopyBaseline, Prepared};
-use crate::case::{compare, Case, Fp8ScaleGeom, Gs, Op, Outputs, OUT_CANARY, Y_OUT_CANARY};
+use crate::case::{
+    compare, try_vec, Case, Fp8ScaleGeom, Gs, Op, OutputLens, Outputs, OUT_CANARY, Y_OUT_CANARY,
+};
 use crate::CliError;
 
 fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> CliError + '_ {
@@ -87,14 +89,16 @@ impl CudaBackend {
     ) -> Result<(((u32, u32, u32), f64), ((u32, u32, u32), f64)), CliError> {
         use fp4norm::cuda::{internal, GsMode};
         let opts = fp4norm::Options::nvfp4().with_format(crate::tune::TUNE_FORMAT);
-        let case = Case::random(
+        let case = Case::try_random_op(
             m,
             h,
             dtype,
-            crate::tune::TUNE_LAYOUT,
-            opts,
+            Op::Fp4 {
+                opts,
+                layout: crate::tune::TUNE_LAYOUT,
+            },
             0x7u64 ^ (m * h) as u64,
-        );
+        )?;
         let problem = case.problem()?;
         let p = *problem.fp4().expect("the tuning's calls are FP4");
         let mut prep = CudaPrepared::new(self, &case)?;
@@ -245,7 +249,7 @@ impl Backend for CudaBackend {
         let bytes = bytes / 16 * 16;
         let s = &self.stream;
         let src: CudaSlice<u8> = s
-            .clone_htod(&vec![0x3Cu8; bytes])
+            .clone_htod(&try_vec(bytes, 0x3Cu8, "the copy baseline's host buffer")?)
             .map_err(cuda_err("uploading"))?;
         let dst: CudaSlice<u8> = s.alloc_zeros(bytes).map_err(cuda_err("allocating"))?;
         let (sp, dp) = (src.device_ptr(s).0, dst.device_ptr(s).0);
@@ -369,23 +373,21 @@ impl<'a> CudaPrepared<'a> {
             }
         };
         let up8 = |n: usize, fill: u8| -> Result<CudaSlice<u8>, CliError> {
-            s.clone_htod(&vec![fill; n.max(1)])
+            s.clone_htod(&try_vec(n.max(1), fill, "an output's initial bytes")?)
                 .map_err(cuda_err("uploading"))
         };
-        let init = Outputs::initial(case);
+        let init = OutputLens::of(case)?;
         let x = up16(&case.x)?;
         let residual = case.residual.as_deref().map(up16).transpose()?;
         let w = up16(&case.w)?;
-        let q = up8(init.q.len(), OUT_CANARY)?;
-        let canaries =
-            |v: &Option<Vec<u8>>| v.as_ref().map(|v| up8(v.len(), OUT_CANARY)).transpose();
-        let row_major = canaries(&init.row_major)?;
-        let swizzled = canaries(&init.swizzled)?;
-        let fp8_scales = canaries(&init.fp8_scales)?;
+        let q = up8(init.q, OUT_CANARY)?;
+        let canaries = |n: Option<usize>| n.map(|n| up8(n, OUT_CANARY)).transpose();
+        let row_major = canaries(init.row_major)?;
+        let swizzled = canaries(init.swizzled)?;
+        let fp8_scales = canaries(init.fp8_scales)?;
         let y_out = init
             .y_out
-            .as_ref()
-            .map(|v| up16(&vec![Y_OUT_CANARY; v.len()]))
+            .map(|n| up16(&try_vec(n, Y_OUT_CANARY, "y_out's initial bytes")?))
             .transpose()?;
         let scale_host: Option<Vec<f32>> = match &case.op {
             Op::Fp4 { .. } => Some(match &case.gs {
@@ -417,22 +419,16 @@ impl<'a> CudaPrepared<'a> {
             len: Some(len),
         };
         let buf8 = |b: &CudaSlice<u8>, len: usize| RawBuf::new(ptr8(b), len);
-        let y_out_mat = y_out
-            .as_ref()
-            .map(|y| mat(y, init.y_out.as_ref().map_or(0, Vec::len)));
+        let y_out_mat = y_out.as_ref().map(|y| mat(y, init.y_out.unwrap_or(0)));
         let call = match &case.op {
             Op::Fp4 { opts, .. } => {
                 let scales = match (&row_major, &swizzled) {
                     (Some(r), Some(sw)) => ScaleOut::Both {
-                        row_major: buf8(r, init.row_major.as_ref().map_or(0, Vec::len)),
-                        swizzled: buf8(sw, init.swizzled.as_ref().map_or(0, Vec::len)),
+                        row_major: buf8(r, init.row_major.unwrap_or(0)),
+                        swizzled: buf8(sw, init.swizzled.unwrap_or(0)),
                     },
-                    (Some(r), None) => {
-                        ScaleOut::RowMajor(buf8(r, init.row_major.as_ref().map_or(0, Vec::len)))
-                    }
-                    (None, Some(sw)) => {
-                        ScaleOut::Swizzled(buf8(sw, init.swizzled.as_ref().map_or(0, Vec::len)))
-                    }
+                    (Some(r), None) => ScaleOut::RowMajor(buf8(r, init.row_major.unwrap_or(0))),
+                    (None, Some(sw)) => ScaleOut::Swizzled(buf8(sw, init.swizzled.unwrap_or(0))),
                     (None, None) => return Err(CliError("a case needs a scale layout".into())),
                 };
                 let gs = scale.as_ref().expect("FP4 cases upload a global scale");
@@ -441,7 +437,7 @@ impl<'a> CudaPrepared<'a> {
                     x: mat(&x, case.x.len()),
                     residual: residual.as_ref().map(|r| mat(r, case.x.len())),
                     weight: RawBuf::new(ptr16(&w), case.w.len()),
-                    y_fp4: buf8(&q, init.q.len()),
+                    y_fp4: buf8(&q, init.q),
                     scales,
                     y_out: y_out_mat,
                     global_scale: match &case.gs {
@@ -459,7 +455,7 @@ impl<'a> CudaPrepared<'a> {
                     x: mat(&x, case.x.len()),
                     residual: residual.as_ref().map(|r| mat(r, case.x.len())),
                     weight: RawBuf::new(ptr16(&w), case.w.len()),
-                    q: buf8(&q, init.q.len()),
+                    q: buf8(&q, init.q),
                     scales: fp8_scales.as_ref().zip(geom).map(|(b, g)| buf8(b, g.len)),
                     static_scale: scale.as_ref().map(|b| RawBuf::new(ptr32(b), 1)),
                     y_out: y_out_mat,
@@ -566,37 +562,43 @@ impl Prepared for CudaPrepared<'_> {
 
     fn outputs(&self) -> Result<Outputs, CliError> {
         let s = &self.be.stream;
-        let init = Outputs::initial(self.case);
+        let init = OutputLens::of(self.case)?;
+        // Read into buffers allocated here (fallibly), then cut to the host lengths (the
+        // device buffers hold at least one element).
         let down8 = |b: &CudaSlice<u8>, n: usize| -> Result<Vec<u8>, CliError> {
-            let mut v = s.clone_dtoh(b).map_err(cuda_err("downloading"))?;
+            let mut v = try_vec(b.len(), 0u8, "an output read back")?;
+            s.memcpy_dtoh(b, &mut v).map_err(cuda_err("downloading"))?;
+            s.synchronize().map_err(cuda_err("downloading"))?;
             v.truncate(n);
             Ok(v)
         };
         let down16 = |b: &CudaSlice<u16>, n: usize| -> Result<Vec<u16>, CliError> {
-            let mut v = s.clone_dtoh(b).map_err(cuda_err("downloading"))?;
+            let mut v = try_vec(b.len(), 0u16, "an output read back")?;
+            s.memcpy_dtoh(b, &mut v).map_err(cuda_err("downloading"))?;
+            s.synchronize().map_err(cuda_err("downloading"))?;
             v.truncate(n);
             Ok(v)
         };
         Ok(Outputs {
-            q: down8(&self.q, init.q.len())?,
-            row_major: match (&self.row_major, &init.row_major) {
-                (Some(b), Some(v)) => Some(down8(b, v.len())?),
+            q: down8(&self.q, init.q)?,
+            row_major: match (&self.row_major, init.row_major) {
+                (Some(b), Some(n)) => Some(down8(b, n)?),
                 _ => None,
             },
-            swizzled: match (&self.swizzled, &init.swizzled) {
-                (Some(b), Some(v)) => Some(down8(b, v.len())?),
+            swizzled: match (&self.swizzled, init.swizzled) {
+                (Some(b), Some(n)) => Some(down8(b, n)?),
                 _ => None,
             },
-            fp8_scales: match (&self.fp8_scales, &init.fp8_scales) {
-                (Some(b), Some(v)) => Some(down8(b, v.len())?),
+            fp8_scales: match (&self.fp8_scales, init.fp8_scales) {
+                (Some(b), Some(n)) => Some(down8(b, n)?),
                 _ => None,
             },
             residual: match (&self.residual, &self.case.residual) {
                 (Some(b), Some(v)) => Some(down16(b, v.len())?),
                 _ => None,
             },
-            y_out: match (&self.y_out, &init.y_out) {
-                (Some(b), Some(v)) => Some(down16(b, v.len())?),
+            y_out: match (&self.y_out, init.y_out) {
+                (Some(b), Some(n)) => Some(down16(b, n)?),
                 _ => None,
             },
         })
@@ -607,7 +609,7 @@ impl Prepared for CudaPrepared<'_> {
         for _ in 0..warmup {
             self.launch().map_err(|e| CliError(e.to_string()))?;
         }
-        let mut times = Vec::with_capacity(reps);
+        let mut times = Vec::with_capacity(reps.min(1 << 16));
         for _ in 0..reps {
             times.push(time_events(&s, || {
                 self.launch().map_err(|e| CliError(e.to_string()))

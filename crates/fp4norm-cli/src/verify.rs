@@ -376,7 +376,10 @@ fn check_case(case: &Case, expect_error: bool, b: &dyn Backend) -> Verdict {
     let reference = HostBackend::reference();
     let (ref_res, _, ref_out) = run_on(&reference, case);
     let (got_res, got_err, got_out) = run_on(b, case);
-    let initial = Outputs::initial(case);
+    let initial = match Outputs::initial(case) {
+        Ok(o) => o,
+        Err(e) => return Verdict::Fail(e.to_string()),
+    };
     let untouched = |out: &Option<Outputs>, who: &str| match out {
         Some(o) => compare(case, &initial, o)
             .map(|m| format!("{who} rejected the call but wrote to it: {m}")),

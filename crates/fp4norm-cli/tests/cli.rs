@@ -301,3 +301,61 @@ fn info_lists_the_fp8_formats() {
         assert!(stdout.contains(name), "{name}:\n{stdout}");
     }
 }
+
+/// Sizes past what any machine holds: a usage error (exit status 2, before any work) where
+/// a byte count overflows, an error (exit status 1) where the memory cannot be had; never a
+/// panic or an abort.
+#[test]
+fn oversized_shapes_and_copy_buffers_are_errors_not_crashes() {
+    for (args, code, says) in [
+        (
+            &["--m", "1", "--h", "64", "--copy-mib", "17592186044416"][..],
+            2,
+            "--copy-mib 17592186044416: more bytes than this machine can address",
+        ),
+        (
+            &[
+                "--m",
+                "1",
+                "--h",
+                "64",
+                "--copy-mib",
+                "18446744073709551615",
+            ],
+            2,
+            "--copy-mib 18446744073709551615",
+        ),
+        (
+            &["--m", "4294967296", "--h", "4294967296"],
+            2,
+            "--m 4294967296 x --h 4294967296 (format nvfp4): tensor sizes overflow",
+        ),
+        // The default M list (up to 16384 rows) times H = 2^60.
+        (&["--h", "1152921504606846976"], 2, "tensor sizes overflow"),
+        (
+            &["--m", "1", "--h", "64", "--copy-mib", "1099511627776"],
+            1,
+            "cannot allocate 1152921504606846976 bytes for the copy baseline",
+        ),
+        (
+            &["--m", "1099511627776", "--h", "1048576", "--copy-mib", "1"],
+            1,
+            "cannot allocate",
+        ),
+        (
+            &["--m", "1", "--h", "1152921504606846976", "--copy-mib", "1"],
+            1,
+            "cannot allocate",
+        ),
+    ] {
+        let mut all = vec!["bench", "--device", "cpu", "--format", "nvfp4"];
+        all.extend_from_slice(args);
+        let out = fp4norm(&all);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        if code == 2 {
+            assert!(!stderr.contains("copy baseline ("), "{args:?}: {stderr}");
+        }
+    }
+}
