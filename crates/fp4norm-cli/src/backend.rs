@@ -95,31 +95,72 @@ pub struct CopyBaseline {
 /// Which device `--device` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Device {
-    /// CUDA if a CUDA backend is available, else the CPU.
+    /// CUDA if a CUDA backend can be opened, else the CPU (saying why on stderr;
+    /// FP4NORM_REQUIRE_GPU=1 makes that an error).
     Auto,
     /// The CPU fast path (rayon threads).
     Cpu,
-    /// An NVIDIA GPU.
+    /// An NVIDIA GPU (an error if it cannot be opened).
     Cuda,
 }
 
-/// Opens the backend for `device`.
-pub fn open(device: Device) -> Result<Box<dyn Backend>, CliError> {
+/// The environment variable that makes `--device auto` fail rather than fall back to the
+/// CPU (set and not `0`), as it makes the GPU tests fail rather than skip.
+pub const REQUIRE_GPU_ENV: &str = "FP4NORM_REQUIRE_GPU";
+
+/// Whether `FP4NORM_REQUIRE_GPU` asks for a GPU.
+pub fn gpu_required() -> bool {
+    std::env::var_os(REQUIRE_GPU_ENV).is_some_and(|v| v != "0")
+}
+
+/// The backends to run for `device`: one, or with `with_cpu_too` (verify checks every
+/// backend present) CUDA and then the CPU under `auto`. `open_cuda` is called only where
+/// CUDA is asked for. Where `auto` runs without
+/// CUDA, the second value is the line that says why (for stderr), unless `require_gpu`,
+/// which makes it an error.
+pub fn select<B>(
+    device: Device,
+    with_cpu_too: bool,
+    require_gpu: bool,
+    open_cuda: impl FnOnce() -> Result<B, CliError>,
+    cpu: impl Fn() -> B,
+) -> Result<(Vec<B>, Option<String>), CliError> {
     match device {
-        Device::Cpu => Ok(Box::new(HostBackend::fast())),
-        Device::Cuda => open_cuda(),
-        Device::Auto => Ok(open_cuda().unwrap_or_else(|_| Box::new(HostBackend::fast()))),
+        Device::Cpu => Ok((vec![cpu()], None)),
+        Device::Cuda => Ok((vec![open_cuda()?], None)),
+        Device::Auto => match open_cuda() {
+            Ok(cuda) if with_cpu_too => Ok((vec![cuda, cpu()], None)),
+            Ok(cuda) => Ok((vec![cuda], None)),
+            Err(e) if require_gpu => Err(CliError(format!(
+                "{REQUIRE_GPU_ENV} is set but CUDA cannot be used: {e}"
+            ))),
+            Err(e) => Ok((vec![cpu()], Some(format!("cuda: not used: {e}")))),
+        },
     }
 }
 
-/// Every backend that can run here (for `verify`).
-pub fn all_available() -> Vec<Box<dyn Backend>> {
-    let mut v: Vec<Box<dyn Backend>> = Vec::new();
-    if let Ok(cuda) = open_cuda() {
-        v.push(cuda);
+/// Opens the backend for `device` (`bench`); under `auto`, says on stderr why CUDA is
+/// not used, or fails where FP4NORM_REQUIRE_GPU asks for a GPU.
+pub fn open(device: Device) -> Result<Box<dyn Backend>, CliError> {
+    let cpu = || Box::new(HostBackend::fast()) as Box<dyn Backend>;
+    let (mut v, why) = select(device, false, gpu_required(), open_cuda, cpu)?;
+    if let Some(why) = why {
+        eprintln!("{why}");
     }
-    v.push(Box::new(HostBackend::fast()));
-    v
+    v.pop()
+        .ok_or_else(|| CliError("no backend to run on".into()))
+}
+
+/// The backends `verify` checks for `device`: under `auto` every backend that can run
+/// here (CUDA first), saying on stderr why CUDA is not among them, or failing where
+/// FP4NORM_REQUIRE_GPU asks for a GPU.
+pub fn for_verify(device: Device) -> Result<Vec<Box<dyn Backend>>, CliError> {
+    let cpu = || Box::new(HostBackend::fast()) as Box<dyn Backend>;
+    let (v, why) = select(device, true, gpu_required(), open_cuda, cpu)?;
+    if let Some(why) = why {
+        eprintln!("{why}");
+    }
+    Ok(v)
 }
 
 /// The CUDA device the CLI uses: `FP4NORM_DEVICE`, else 0.
@@ -435,5 +476,59 @@ fn call_fp8<T: Element>(
         }
         None if reference => spec::rmsnorm_fp8quant(x, w, out, opts),
         None => cpu::rmsnorm_fp8quant(x, w, out, opts),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_cuda() -> Result<&'static str, CliError> {
+        Err(CliError("libcuda.so was not found".into()))
+    }
+
+    #[test]
+    fn auto_says_why_cuda_is_not_used_or_fails_where_a_gpu_is_required() {
+        let cpu = || "cpu";
+        // Without CUDA: the CPU, and the reason on a line of its own.
+        let (v, why) = select(Device::Auto, true, false, no_cuda, cpu).unwrap();
+        assert_eq!(v, ["cpu"]);
+        assert_eq!(
+            why.as_deref(),
+            Some("cuda: not used: libcuda.so was not found")
+        );
+        let (v, why) = select(Device::Auto, false, false, no_cuda, cpu).unwrap();
+        assert_eq!((v, why.is_some()), (vec!["cpu"], true));
+        // FP4NORM_REQUIRE_GPU: an error that names the variable and the reason.
+        let e = select(Device::Auto, true, true, no_cuda, cpu).unwrap_err();
+        assert!(
+            e.0.contains("FP4NORM_REQUIRE_GPU") && e.0.contains("libcuda.so was not found"),
+            "{e}"
+        );
+        // --device cuda: the reason as the error, required or not.
+        let e = select(Device::Cuda, true, false, no_cuda, cpu).unwrap_err();
+        assert_eq!(e.0, "libcuda.so was not found");
+        // --device cpu: CUDA is not even opened, and a required GPU does not apply.
+        let opened = std::cell::Cell::new(false);
+        let spy = || {
+            opened.set(true);
+            no_cuda()
+        };
+        let (v, why) = select(Device::Cpu, true, true, spy, cpu).unwrap();
+        assert_eq!((v, why, opened.get()), (vec!["cpu"], None, false));
+        // With CUDA: verify checks both (CUDA first), bench runs on CUDA; nothing to say.
+        let cuda = || Ok("cuda");
+        assert_eq!(
+            select(Device::Auto, true, true, cuda, cpu).unwrap(),
+            (vec!["cuda", "cpu"], None)
+        );
+        assert_eq!(
+            select(Device::Auto, false, false, cuda, cpu).unwrap(),
+            (vec!["cuda"], None)
+        );
+        assert_eq!(
+            select(Device::Cuda, true, false, cuda, cpu).unwrap(),
+            (vec!["cuda"], None)
+        );
     }
 }

@@ -103,7 +103,8 @@ pub struct BenchArgs {
     /// Also write the results as JSON to PATH ('-' for stdout; the table then goes to stderr)
     #[arg(long, value_name = "PATH")]
     json: Option<String>,
-    /// Where to run: cpu, cuda, or auto (cuda if available, else cpu)
+    /// Where to run: cpu, cuda, or auto (cuda if it can be opened, else cpu, saying why on
+    /// stderr; FP4NORM_REQUIRE_GPU=1 makes that an error)
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
     /// Check every result against fp4norm::reference (the default)

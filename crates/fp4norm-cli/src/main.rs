@@ -172,6 +172,11 @@ mod tests {
             Cli::try_parse_from(["fp4norm", "bench", "--format", "fp8-g32-f32-swizzled"]).is_err()
         );
         assert!(Cli::try_parse_from(["fp4norm", "bench", "--device", "tpu"]).is_err());
+        for device in ["auto", "cpu", "cuda"] {
+            let cli = Cli::try_parse_from(["fp4norm", "verify", "--device", device]).unwrap();
+            assert!(matches!(cli.command, Command::Verify(_)));
+        }
+        assert!(Cli::try_parse_from(["fp4norm", "verify", "--device", "tpu"]).is_err());
     }
 
     #[test]

@@ -21,14 +21,14 @@ use fp4norm::{DType, Fp4Format, Options, ScaleLayout};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::backend::{self, Backend, HostBackend};
+use crate::backend::{self, Backend, Device, HostBackend};
 use crate::case::{compare, fill_random, to_bits, Case, Gs, Outputs};
 use crate::CliError;
 
 #[derive(clap::Args, Debug)]
 #[command(
     long_about = "Run random and edge-case inputs through every backend present (the CPU fast \
-path, and the CUDA GPU when there is one) and compare every output byte for byte with \
+path, and the CUDA GPU when one can be opened; --device cpu or cuda runs one alone) and compare every output byte for byte with \
 fp4norm::reference, the executable form of SPEC.md: codes (packed FP4, or FP8), scales (layout \
 padding must be 0), the updated residual (gaps of strided rows must stay untouched) and y_out. \
 Every output buffer starts filled with a canary, so a byte a backend forgets to write is caught \
@@ -64,6 +64,11 @@ pub struct VerifyArgs {
     /// Print every case as it runs
     #[arg(long, short)]
     verbose: bool,
+    /// Backends to check: auto (the CUDA GPU when one can be opened, and the CPU; stderr
+    /// says why CUDA is not used, FP4NORM_REQUIRE_GPU=1 makes that an error), cpu (the CPU
+    /// alone) or cuda (the GPU alone; an error if it cannot be opened)
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    device: Device,
 }
 
 const DTYPES: [DType; 2] = [DType::BF16, DType::F16];
@@ -261,7 +266,7 @@ pub fn run(a: VerifyArgs) -> Result<bool, CliError> {
             all.join(", ")
         )));
     }
-    let backends = backend::all_available();
+    let backends = backend::for_verify(a.device)?;
     let names: Vec<String> = backends
         .iter()
         .map(|b| format!("{} ({})", b.name(), b.describe()))

@@ -359,3 +359,76 @@ fn oversized_shapes_and_copy_buffers_are_errors_not_crashes() {
         }
     }
 }
+
+/// `fp4norm` with `env` set (and FP4NORM_REQUIRE_GPU unset unless `env` sets it).
+fn fp4norm_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fp4norm"));
+    c.args(args).env_remove("FP4NORM_REQUIRE_GPU");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("running fp4norm")
+}
+
+/// Where CUDA cannot be opened (here: an ordinal no machine has), `--device auto` says why
+/// on stderr and runs on the CPU, FP4NORM_REQUIRE_GPU=1 makes that a failure, and
+/// `verify --device cuda` fails with the reason; `--device cpu` never opens CUDA.
+#[test]
+fn without_cuda_auto_says_why_and_a_required_gpu_fails() {
+    let no_gpu = ("FP4NORM_DEVICE", "4095");
+    let verify = ["verify", "--group", "fp8-ties", "--cases", "1"];
+    let bench = [
+        "bench",
+        "--m",
+        "1",
+        "--h",
+        "64",
+        "--format",
+        "nvfp4",
+        "--reps",
+        "1",
+        "--copy-mib",
+        "1",
+    ];
+    for args in [&verify[..], &bench[..]] {
+        let out = fp4norm_env(args, &[no_gpu]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}{stderr}");
+        let why = stderr
+            .lines()
+            .find(|l| l.starts_with("cuda: not used: "))
+            .unwrap_or_else(|| panic!("{args:?}: no reason on stderr:\n{stderr}"));
+        assert!(why.len() > "cuda: not used: ".len(), "{why}");
+        assert!(!stdout.contains("cuda"), "{args:?}: {stdout}");
+        for require in ["1", "yes"] {
+            let out = fp4norm_env(args, &[no_gpu, ("FP4NORM_REQUIRE_GPU", require)]);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains("error: FP4NORM_REQUIRE_GPU is set but CUDA cannot be used: "),
+                "{args:?}: {stderr}"
+            );
+            assert!(out.stdout.is_empty(), "{args:?}");
+        }
+        let out = fp4norm_env(args, &[no_gpu, ("FP4NORM_REQUIRE_GPU", "0")]);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+    }
+    // verify --device cuda: the reason, exit status 1, nothing checked.
+    let out = fp4norm_env(&["verify", "--device", "cuda"], &[no_gpu]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.len() > 10,
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    // verify --device cpu: the CPU alone, no word about CUDA, whatever is required.
+    let out = fp4norm_env(
+        &["verify", "--device", "cpu", "--group", "fp8-ties"],
+        &[no_gpu, ("FP4NORM_REQUIRE_GPU", "1")],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("| backends: cpu ("), "{stdout}");
+    assert!(!stderr.contains("cuda"), "{stderr}");
+}
