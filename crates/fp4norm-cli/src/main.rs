@@ -177,6 +177,12 @@ mod tests {
             assert!(matches!(cli.command, Command::Verify(_)));
         }
         assert!(Cli::try_parse_from(["fp4norm", "verify", "--device", "tpu"]).is_err());
+        assert!(Cli::try_parse_from(["fp4norm", "verify", "--group", "fp8-ti"]).is_ok());
+        let e = Cli::try_parse_from(["fp4norm", "verify", "--group", "nosuchgroup"])
+            .err()
+            .expect("an unknown group is rejected");
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert_eq!(e.exit_code(), 2);
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 300, value_name = "N")]
     cases: usize,
     /// Only run the groups whose name contains this text (fp8: the FP8 groups)
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", value_parser = parse_group)]
     group: Option<String>,
     /// Print every case as it runs
     #[arg(long, short)]
@@ -72,6 +72,17 @@ pub struct VerifyArgs {
 }
 
 const DTYPES: [DType; 2] = [DType::BF16, DType::F16];
+
+/// A `--group` filter that matches at least one group (else a bad command line, which
+/// lists the groups).
+fn parse_group(text: &str) -> Result<String, String> {
+    if GROUPS.iter().any(|g| g.name.contains(text)) {
+        Ok(text.to_string())
+    } else {
+        let all: Vec<&str> = GROUPS.iter().map(|g| g.name).collect();
+        Err(format!("matches no group; groups: {}", all.join(", ")))
+    }
+}
 
 struct Group {
     name: &'static str,

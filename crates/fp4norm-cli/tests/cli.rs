@@ -283,13 +283,24 @@ fn verify_runs_the_fp8_groups_on_the_cpu() {
             "{stdout}"
         );
     }
-    let out = fp4norm(&["verify", "--group", "fp8-nothing"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("fp8-scalings"),
-        "{}",
-        text(&out.stderr)
-    );
+}
+
+/// A --group that matches no group is a bad command line (exit status 2) that lists the
+/// groups, before any work.
+#[test]
+fn verify_with_an_unknown_group_is_a_usage_error() {
+    for group in ["fp8-nothing", "nosuchgroup"] {
+        let out = fp4norm(&["verify", "--group", group]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value '{group}' for '--group <TEXT>'"))
+                && stderr.contains("formats-layouts, odd-m,")
+                && stderr.contains("fp8-scalings"),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+    }
 }
 
 #[test]
