@@ -10,6 +10,7 @@ use fp4norm::{DType, Fp4Format, Options, Problem, ScaleLayout};
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::args;
 use crate::backend::{self, median, Backend, CopyBaseline, Device, HostBackend, Prepared};
 use crate::case::{compare, Case, Gs, Op, Outputs};
 use crate::format::{parse_format, Format, Fp8Format, Fp8Kind};
@@ -60,10 +61,12 @@ a few small shapes for CI. The table goes to stdout, progress (one line per shap
 )]
 pub struct BenchArgs {
     /// Token counts M (rows), comma-separated [default: 1,16,128,1024,4096,16384]
-    #[arg(long, value_name = "M,..", value_delimiter = ',', num_args = 1..)]
+    #[arg(long, value_name = "M,..", value_delimiter = ',', num_args = 1..,
+          value_parser = args::rows, allow_negative_numbers = true)]
     m: Vec<usize>,
     /// Hidden sizes H, comma-separated; each a multiple of every format's block or group size [default: 2048,4096,5120,7168,8192,16384]
-    #[arg(long, value_name = "H,..", value_delimiter = ',', num_args = 1..)]
+    #[arg(long, value_name = "H,..", value_delimiter = ',', num_args = 1..,
+          value_parser = args::hidden, allow_negative_numbers = true)]
     h: Vec<usize>,
     /// Formats, comma-separated or repeated; FP4 and FP8 may be mixed: nvfp4, mxfp4,
     /// b16-ue8m0, b32-e4m3; fp8-tensor, fp8-token, fp8-group128 (and 32, 64), mxfp8, or
@@ -95,10 +98,10 @@ pub struct BenchArgs {
     #[arg(long)]
     no_residual: bool,
     /// Timed calls per row [default: as many as fit in about 0.15 s, at least 5 (3 for calls over 0.1 s)]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = args::count, allow_negative_numbers = true)]
     reps: Option<usize>,
     /// Untimed calls before timing, besides the check's call and one sizing call [default: enough for about 20 ms]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = args::count0, allow_negative_numbers = true)]
     warmup: Option<usize>,
     /// Also write the results as JSON to PATH ('-' for stdout; the table then goes to stderr)
     #[arg(long, value_name = "PATH")]
@@ -117,27 +120,27 @@ pub struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Seed of the random inputs
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = args::seed, allow_negative_numbers = true)]
     seed: u64,
     /// Size of the copy baseline's buffer in MiB [default: 2048 on a GPU, 512 on the CPU, 64 with --quick]
-    #[arg(long, value_name = "MIB")]
+    #[arg(long, value_name = "MIB", value_parser = args::count, allow_negative_numbers = true)]
     copy_mib: Option<usize>,
     /// RMSNorm epsilon (finite, >= 0)
-    #[arg(long, default_value_t = 1e-6, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 1e-6, allow_hyphen_values = true)]
     eps: f32,
     /// Added to every weight (SPEC.md §8; 1 for Gemma's (1 + w)); finite
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     weight_bias: f32,
     /// Also time the chain "previous kernel -> fp4norm" with and without programmatic
     /// dependent launch (CUDA, sm_90+), for the small shapes of the table
     #[arg(long)]
     pdl: bool,
-    /// FP4 global scale (used by E4M3 block scales)
+    /// FP4 global scale (used by E4M3 block scales); finite
     #[arg(
         long,
         value_name = "GS",
         default_value_t = 1.0,
-        allow_negative_numbers = true
+        allow_hyphen_values = true
     )]
     global_scale: f32,
     /// The per-tensor scale s of fp8-tensor formats (q = FP8(y · RN32(1/s))); finite. On a
@@ -146,7 +149,7 @@ pub struct BenchArgs {
         long,
         value_name = "S",
         default_value_t = 1.0,
-        allow_negative_numbers = true
+        allow_hyphen_values = true
     )]
     fp8_scale: f32,
     /// Floor of f32 dynamic FP8 scales (s = max(amax/FMAX, floor)); finite, >= 0; 0: none.
@@ -155,7 +158,7 @@ pub struct BenchArgs {
         long,
         value_name = "S_MIN",
         default_value_t = 0.0,
-        allow_negative_numbers = true
+        allow_hyphen_values = true
     )]
     fp8_scale_floor: f32,
 }
@@ -276,10 +279,30 @@ impl BenchArgs {
                 self.fp8_scale_floor
             ));
         }
+        if !self.global_scale.is_finite() {
+            return Err(format!(
+                "--global-scale {}: the global scale must be finite",
+                self.global_scale
+            ));
+        }
         if !self.fp8_scale.is_finite() {
             return Err(format!(
                 "--fp8-scale {}: the per-tensor scale must be finite",
                 self.fp8_scale
+            ));
+        }
+        // The single values first: the shape checks below go through the library, which
+        // would report a bad eps or weight bias as a shape's fault.
+        if !self.weight_bias.is_finite() {
+            return Err(format!(
+                "--weight-bias {}: the weight bias must be finite",
+                self.weight_bias
+            ));
+        }
+        if !self.eps.is_finite() || self.eps < 0.0 {
+            return Err(format!(
+                "--eps {}: eps must be finite and >= 0 (the usual value is 1e-6)",
+                self.eps
             ));
         }
         for &h in &self.h {
@@ -348,18 +371,6 @@ impl BenchArgs {
                     }
                 }
             }
-        }
-        if !self.weight_bias.is_finite() {
-            return Err(format!(
-                "--weight-bias {}: the weight bias must be finite",
-                self.weight_bias
-            ));
-        }
-        if !self.eps.is_finite() || self.eps < 0.0 {
-            return Err(format!(
-                "--eps {}: eps must be finite and >= 0 (the usual value is 1e-6)",
-                self.eps
-            ));
         }
         Ok(())
     }

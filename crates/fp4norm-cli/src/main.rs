@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod args;
 mod backend;
 mod bench;
 mod case;
@@ -172,6 +173,28 @@ mod tests {
             Cli::try_parse_from(["fp4norm", "bench", "--format", "fp8-g32-f32-swizzled"]).is_err()
         );
         assert!(Cli::try_parse_from(["fp4norm", "bench", "--device", "tpu"]).is_err());
+        // Values that start with '-' are values, not options.
+        let cli = Cli::try_parse_from([
+            "fp4norm",
+            "bench",
+            "--global-scale",
+            "-0.5",
+            "--weight-bias",
+            "-1e-3",
+            "--m",
+            "1,16",
+        ])
+        .unwrap();
+        let Command::Bench(b) = cli.command else {
+            unreachable!()
+        };
+        assert!(b.check_usage().is_ok());
+        for (arg, value) in [("--m", "-1"), ("--h", "-64"), ("--reps", "-3")] {
+            let e = Cli::try_parse_from(["fp4norm", "bench", arg, value])
+                .err()
+                .expect("a negative count is rejected");
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{arg}");
+        }
         for device in ["auto", "cpu", "cuda"] {
             let cli = Cli::try_parse_from(["fp4norm", "verify", "--device", device]).unwrap();
             assert!(matches!(cli.command, Command::Verify(_)));
@@ -205,6 +228,12 @@ mod tests {
             &["--format", "fp8-token", "--fp8-scale-floor", "-1"],
             &["--format", "fp8-token", "--fp8-scale-floor", "nan"],
             &["--format", "fp8-tensor", "--fp8-scale", "inf"],
+            &["--format", "fp8-tensor", "--fp8-scale", "-inf"],
+            &["--global-scale", "nan"],
+            &["--global-scale", "-inf"],
+            &["--global-scale", "inf"],
+            &["--eps", "-1e-3"],
+            &["--weight-bias", "-inf"],
         ] {
             let cli = Cli::try_parse_from(["fp4norm", "bench"].iter().chain(args)).unwrap();
             let Command::Bench(b) = cli.command else {

@@ -33,13 +33,15 @@ pub struct TuneArgs {
     #[arg(long)]
     quick: bool,
     /// Hidden sizes to tune, comma-separated (each a multiple of 16) [default: the full or quick list]
-    #[arg(long, value_name = "H,..", value_delimiter = ',', num_args = 1..)]
+    #[arg(long, value_name = "H,..", value_delimiter = ',', num_args = 1..,
+          value_parser = crate::args::hidden, allow_negative_numbers = true)]
     h: Vec<usize>,
     /// Element types to tune: bf16, f16 [default: both; bf16 with --quick]
     #[arg(long = "dtype", value_name = "DTYPE", value_delimiter = ',')]
     dtypes: Vec<DType>,
     /// CUDA device ordinal [default: FP4NORM_DEVICE, else 0]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::args::count0,
+          allow_negative_numbers = true)]
     device: Option<usize>,
     /// Measure and print, but do not write the table
     #[arg(long)]

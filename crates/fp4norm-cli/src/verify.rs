@@ -21,6 +21,7 @@ use fp4norm::{DType, Fp4Format, Options, ScaleLayout};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::args;
 use crate::backend::{self, Backend, Device, HostBackend};
 use crate::case::{compare, fill_random, to_bits, Case, Gs, Outputs};
 use crate::CliError;
@@ -52,11 +53,12 @@ if anything failed."
 )]
 pub struct VerifyArgs {
     /// Seed of every random choice (the same seed gives the same cases)
-    #[arg(long, default_value_t = 2024)]
+    #[arg(long, default_value_t = 2024, value_parser = args::seed, allow_negative_numbers = true)]
     seed: u64,
     /// Number of cases in each random group, 'random' and 'fp8-random' (the other groups
     /// have a fixed size)
-    #[arg(long, default_value_t = 300, value_name = "N")]
+    #[arg(long, default_value_t = 300, value_name = "N", value_parser = args::count0,
+          allow_negative_numbers = true)]
     cases: usize,
     /// Only run the groups whose name contains this text (fp8: the FP8 groups)
     #[arg(long, value_name = "TEXT", value_parser = parse_group)]

@@ -443,3 +443,115 @@ fn without_cuda_auto_says_why_and_a_required_gpu_fails() {
     assert!(stdout.contains("| backends: cpu ("), "{stdout}");
     assert!(!stderr.contains("cuda"), "{stderr}");
 }
+
+/// Negative and non-finite numbers reach the options' own checks (a value starting with
+/// '-' is not taken for an option): every one a usage error that says what is wanted.
+#[test]
+fn negative_and_non_finite_numbers_get_the_options_own_messages() {
+    for (args, says) in [
+        (
+            &["bench", "--global-scale", "nan"][..],
+            "--global-scale NaN: the global scale must be finite",
+        ),
+        (
+            &["bench", "--global-scale", "-inf"],
+            "--global-scale -inf: the global scale must be finite",
+        ),
+        (
+            &["bench", "--format", "fp8-tensor", "--fp8-scale", "-inf"],
+            "--fp8-scale -inf: the per-tensor scale must be finite",
+        ),
+        (
+            &["bench", "--eps", "-1e-3"],
+            "--eps -0.001: eps must be finite and >= 0",
+        ),
+        (
+            &[
+                "bench",
+                "--format",
+                "fp8-token",
+                "--fp8-scale-floor",
+                "-4.3597e-6",
+            ],
+            "--fp8-scale-floor -0.0000043597: the floor must be finite and >= 0",
+        ),
+        (
+            &["bench", "--m", "-1"],
+            "invalid value '-1' for '--m <M,..>...': M must be a positive integer",
+        ),
+        (
+            &["bench", "--m", "1,-16"],
+            "invalid value '-16' for '--m <M,..>...': M must be a positive integer",
+        ),
+        (
+            &["bench", "--h", "-64"],
+            "invalid value '-64' for '--h <H,..>...': H must be a positive integer",
+        ),
+        (
+            &["bench", "--reps", "-1"],
+            "invalid value '-1' for '--reps <N>': must be a positive integer",
+        ),
+        (
+            &["bench", "--copy-mib", "-1"],
+            "invalid value '-1' for '--copy-mib <MIB>': must be a positive integer",
+        ),
+        (
+            &["bench", "--warmup", "-1"],
+            "invalid value '-1' for '--warmup <N>': must be an integer >= 0",
+        ),
+        (
+            &["bench", "--seed", "-1"],
+            "invalid value '-1' for '--seed <SEED>': must be an integer >= 0",
+        ),
+        (
+            &["verify", "--cases", "-1"],
+            "invalid value '-1' for '--cases <N>': must be an integer >= 0",
+        ),
+        (
+            &["verify", "--seed", "-7"],
+            "invalid value '-7' for '--seed <SEED>': must be an integer >= 0",
+        ),
+        (
+            &["tune", "--h", "-4096"],
+            "invalid value '-4096' for '--h <H,..>...': H must be a positive integer",
+        ),
+        (
+            &["tune", "--device", "-1"],
+            "invalid value '-1' for '--device <N>': must be an integer >= 0",
+        ),
+        (
+            &["bench", "--m", "99999999999999999999999"],
+            "M must be a positive integer of at most 18446744073709551615",
+        ),
+    ] {
+        let out = fp4norm(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // Negative finite global scales and weight biases are values the contract defines.
+    let out = fp4norm(&[
+        "bench",
+        "--device",
+        "cpu",
+        "--m",
+        "3",
+        "--h",
+        "64",
+        "--format",
+        "nvfp4",
+        "--global-scale",
+        "-2.5e-1",
+        "--weight-bias",
+        "-1",
+        "--reps",
+        "1",
+        "--copy-mib",
+        "1",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("FP4 global scale -0.25"), "{stdout}");
+    assert!(stdout.contains("all match the reference"), "{stdout}");
+}
