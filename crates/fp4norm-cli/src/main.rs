@@ -81,28 +81,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Option values that contradict each other are a bad command line too (exit status 2,
     // as --help says), found before any work.
-    if let Command::Bench(args) = &cli.command {
-        if let Err(msg) = args.check_usage() {
-            use clap::CommandFactory;
-            let mut cmd = Cli::command();
-            let bench = cmd
-                .find_subcommand_mut("bench")
-                .expect("the bench subcommand");
-            bench
-                .error(clap::error::ErrorKind::ValueValidation, msg)
-                .exit();
-        }
-    }
-    if let Command::Tune(args) = &cli.command {
-        if let Err(msg) = args.check_usage() {
-            use clap::CommandFactory;
-            let mut cmd = Cli::command();
-            let tune = cmd
-                .find_subcommand_mut("tune")
-                .expect("the tune subcommand");
-            tune.error(clap::error::ErrorKind::ValueValidation, msg)
-                .exit();
-        }
+    let usage = match &cli.command {
+        Command::Bench(args) => args.check_usage().err().map(|msg| ("bench", msg)),
+        Command::Tune(args) => args.check_usage().err().map(|msg| ("tune", msg)),
+        Command::Verify(_) | Command::Info => None,
+    };
+    if let Some((name, msg)) = usage {
+        usage_error(name, msg);
     }
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
@@ -117,6 +102,20 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Exits with clap's error for a bad command line (status 2) that `check_usage` found in
+/// subcommand `name`, its usage line naming the binary ("Usage: fp4norm bench ...").
+fn usage_error(name: &str, msg: String) -> ! {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    // Building the whole command gives each subcommand its full name for the usage line.
+    cmd.build();
+    let kind = clap::error::ErrorKind::ValueValidation;
+    match cmd.find_subcommand_mut(name) {
+        Some(sub) => sub.error(kind, msg).exit(),
+        None => cmd.error(kind, msg).exit(),
     }
 }
 

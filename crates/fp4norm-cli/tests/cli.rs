@@ -555,3 +555,21 @@ fn negative_and_non_finite_numbers_get_the_options_own_messages() {
     assert!(stdout.contains("FP4 global scale -0.25"), "{stdout}");
     assert!(stdout.contains("all match the reference"), "{stdout}");
 }
+
+/// Usage errors found after parsing name the binary in their usage line, as clap's own do.
+#[test]
+fn usage_errors_of_the_checks_name_the_binary() {
+    for (args, usage) in [
+        (&["bench", "--m", "0"][..], "Usage: fp4norm bench [OPTIONS]"),
+        (
+            &["bench", "--global-scale", "nan"],
+            "Usage: fp4norm bench [OPTIONS]",
+        ),
+        (&["tune", "--h", "100"], "Usage: fp4norm tune [OPTIONS]"),
+    ] {
+        let out = fp4norm(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.lines().any(|l| l == usage), "{args:?}: {stderr}");
+    }
+}
