@@ -132,7 +132,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     weight_bias: f32,
     /// Also time the chain "previous kernel -> fp4norm" with and without programmatic
-    /// dependent launch (CUDA, sm_90+), for the small shapes of the table
+    /// dependent launch (CUDA, sm_90+; not with --device cpu), for the small shapes of the table
     #[arg(long)]
     pdl: bool,
     /// FP4 global scale (used by E4M3 block scales); finite
@@ -268,6 +268,13 @@ impl BenchArgs {
     /// The checks of the command line that clap's parsers cannot make alone (they relate
     /// several options): a failure is a bad command line, exit status 2, before any work.
     pub fn check_usage(&self) -> Result<(), String> {
+        if self.pdl && self.device == Device::Cpu {
+            return Err(
+                "--pdl: programmatic dependent launch is a CUDA launch feature; \
+                 it needs --device cuda (or auto on a GPU)"
+                    .into(),
+            );
+        }
         if let Some(&m) = self.m.iter().find(|&&m| m == 0) {
             return Err(format!(
                 "--m {m}: M must be at least 1 (M = 0 moves no bytes)"
@@ -576,7 +583,15 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
     let all_ok = rows.iter().all(|r| r.check != "MISMATCH");
 
     print_table(&mut out, &rows, do_check)?;
-    if a.pdl {
+    if a.pdl && !gpu {
+        // `auto` without CUDA (a CPU device is a usage error).
+        writeln!(out)?;
+        writeln!(
+            out,
+            "programmatic dependent launch: not measured (a CUDA launch feature; this run is on the {})",
+            backend.name()
+        )?;
+    } else if a.pdl {
         writeln!(out)?;
         writeln!(
             out,

@@ -233,6 +233,7 @@ mod tests {
             &["--global-scale", "inf"],
             &["--eps", "-1e-3"],
             &["--weight-bias", "-inf"],
+            &["--device", "cpu", "--pdl"],
         ] {
             let cli = Cli::try_parse_from(["fp4norm", "bench"].iter().chain(args)).unwrap();
             let Command::Bench(b) = cli.command else {

@@ -573,3 +573,44 @@ fn usage_errors_of_the_checks_name_the_binary() {
         assert!(stderr.lines().any(|l| l == usage), "{args:?}: {stderr}");
     }
 }
+
+/// Programmatic dependent launch is a CUDA launch feature: `--pdl` on the CPU is a bad
+/// command line, and where `auto` runs on the CPU the run says it was not measured, once.
+#[test]
+fn pdl_is_for_cuda_only() {
+    let out = fp4norm(&["bench", "--device", "cpu", "--pdl"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--pdl: programmatic dependent launch is a CUDA launch feature"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    let out = fp4norm_env(
+        &[
+            "bench",
+            "--pdl",
+            "--m",
+            "1,16",
+            "--h",
+            "64,128",
+            "--format",
+            "nvfp4",
+            "--reps",
+            "1",
+            "--copy-mib",
+            "1",
+        ],
+        &[("FP4NORM_DEVICE", "4095")],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(
+        stdout
+            .matches("programmatic dependent launch: not measured")
+            .count(),
+        1,
+        "{stdout}"
+    );
+    assert!(!stdout.contains("no PDL"), "{stdout}");
+}
