@@ -139,9 +139,19 @@ pub fn select<B>(
     }
 }
 
+/// A bad FP4NORM_DEVICE is an error wherever CUDA would be opened (`auto` included: a
+/// device asked for by name must not turn into a quiet fallback).
+fn check_device_env(device: Device) -> Result<(), CliError> {
+    match device {
+        Device::Cpu => Ok(()),
+        Device::Auto | Device::Cuda => default_cuda_ordinal().map(|_| ()),
+    }
+}
+
 /// Opens the backend for `device` (`bench`); under `auto`, says on stderr why CUDA is
 /// not used, or fails where FP4NORM_REQUIRE_GPU asks for a GPU.
 pub fn open(device: Device) -> Result<Box<dyn Backend>, CliError> {
+    check_device_env(device)?;
     let cpu = || Box::new(HostBackend::fast()) as Box<dyn Backend>;
     let (mut v, why) = select(device, false, gpu_required(), open_cuda, cpu)?;
     if let Some(why) = why {
@@ -155,6 +165,7 @@ pub fn open(device: Device) -> Result<Box<dyn Backend>, CliError> {
 /// here (CUDA first), saying on stderr why CUDA is not among them, or failing where
 /// FP4NORM_REQUIRE_GPU asks for a GPU.
 pub fn for_verify(device: Device) -> Result<Vec<Box<dyn Backend>>, CliError> {
+    check_device_env(device)?;
     let cpu = || Box::new(HostBackend::fast()) as Box<dyn Backend>;
     let (v, why) = select(device, true, gpu_required(), open_cuda, cpu)?;
     if let Some(why) = why {
@@ -163,19 +174,31 @@ pub fn for_verify(device: Device) -> Result<Vec<Box<dyn Backend>>, CliError> {
     Ok(v)
 }
 
-/// The CUDA device the CLI uses: `FP4NORM_DEVICE`, else 0.
-pub fn default_cuda_ordinal() -> usize {
-    std::env::var("FP4NORM_DEVICE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// The variable that picks the CLI's CUDA device.
+pub const DEVICE_ENV: &str = "FP4NORM_DEVICE";
+
+/// The CUDA device the CLI uses: `FP4NORM_DEVICE` (unset or empty: 0); an error naming
+/// the variable where it is not an ordinal.
+pub fn default_cuda_ordinal() -> Result<usize, CliError> {
+    match std::env::var(DEVICE_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(0),
+        Ok(v) if v.trim().is_empty() => Ok(0),
+        Ok(v) => v.trim().parse().map_err(|_| {
+            CliError(format!(
+                "{DEVICE_ENV}={v:?} is not a CUDA device ordinal (0, 1, ...; unset for device 0)"
+            ))
+        }),
+        Err(std::env::VarError::NotUnicode(v)) => Err(CliError(format!(
+            "{DEVICE_ENV}={v:?} is not a CUDA device ordinal (0, 1, ...; unset for device 0)"
+        ))),
+    }
 }
 
 /// The CUDA backend on device 0 (`FP4NORM_DEVICE` picks another ordinal).
 #[cfg(feature = "cuda")]
 pub fn open_cuda() -> Result<Box<dyn Backend>, CliError> {
     Ok(Box::new(crate::cuda_backend::CudaBackend::open(
-        default_cuda_ordinal(),
+        default_cuda_ordinal()?,
     )?))
 }
 

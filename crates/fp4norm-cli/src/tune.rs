@@ -102,9 +102,10 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
     use crate::cuda_backend::CudaBackend;
     use fp4norm::cuda::{internal, TunedRow, TunedTable};
 
-    let ordinal = args
-        .device
-        .unwrap_or_else(crate::backend::default_cuda_ordinal);
+    let ordinal = match args.device {
+        Some(n) => n,
+        None => crate::backend::default_cuda_ordinal()?,
+    };
     let be = CudaBackend::open_untuned(ordinal)?;
     let gpu = be.gpu();
     let limits = *gpu.limits();

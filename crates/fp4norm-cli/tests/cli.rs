@@ -614,3 +614,55 @@ fn pdl_is_for_cuda_only() {
     );
     assert!(!stdout.contains("no PDL"), "{stdout}");
 }
+
+/// FP4NORM_DEVICE that is not a device ordinal is an error naming the variable and its
+/// value wherever CUDA would be opened, not device 0; the CPU alone does not read it.
+#[test]
+fn a_bad_fp4norm_device_is_an_error() {
+    for args in [
+        &["verify", "--group", "fp8-ties"][..],
+        &["verify", "--device", "cuda"],
+        &[
+            "bench",
+            "--m",
+            "1",
+            "--h",
+            "64",
+            "--reps",
+            "1",
+            "--copy-mib",
+            "1",
+        ],
+        &["tune", "--quick", "--dry-run"],
+    ] {
+        if args[0] == "tune" && !cfg!(feature = "cuda") {
+            continue; // tune is CUDA's alone
+        }
+        for value in ["abc", "-1", "1.5"] {
+            let out = fp4norm_env(args, &[("FP4NORM_DEVICE", value)]);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?} {value}: {stderr}");
+            assert!(
+                stderr.contains(&format!(
+                    "error: FP4NORM_DEVICE={value:?} is not a CUDA device ordinal"
+                )),
+                "{args:?} {value}: {stderr}"
+            );
+        }
+    }
+    let out = fp4norm_env(
+        &["verify", "--device", "cpu", "--group", "fp8-ties"],
+        &[("FP4NORM_DEVICE", "abc")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // `tune --device N` overrides the variable.
+    let out = fp4norm_env(
+        &["tune", "--quick", "--dry-run", "--device", "4095"],
+        &[("FP4NORM_DEVICE", "abc")],
+    );
+    assert!(
+        !text(&out.stderr).contains("FP4NORM_DEVICE"),
+        "{}",
+        text(&out.stderr)
+    );
+}
