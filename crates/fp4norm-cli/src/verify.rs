@@ -75,6 +75,9 @@ pub struct VerifyArgs {
 
 const DTYPES: [DType; 2] = [DType::BF16, DType::F16];
 
+/// Cases of a random group made and checked at a time.
+const CASE_BATCH: usize = 256;
+
 /// A `--group` filter that matches at least one group (else a bad command line, which
 /// lists the groups).
 fn parse_group(text: &str) -> Result<String, String> {
@@ -91,6 +94,8 @@ struct Group {
     about: &'static str,
     /// Every case must be rejected.
     expect_error: bool,
+    /// The group's size is `--cases` (the random groups): made a batch at a time.
+    sized_by_cases: bool,
     make: fn(&mut StdRng, usize) -> Vec<Case>,
 }
 
@@ -99,162 +104,189 @@ const GROUPS: &[Group] = &[
         name: "formats-layouts",
         about: "4 format pairings x 3 layouts x 2 dtypes x residual x y_out",
         expect_error: false,
+        sized_by_cases: false,
         make: formats_layouts,
     },
     Group {
         name: "odd-m",
         about: "M = 0, 1, 7, 31..33, 127..129, 255..257, 300",
         expect_error: false,
+        sized_by_cases: false,
         make: odd_m,
     },
     Group {
         name: "special-values",
         about: "NaN/Inf/zero rows and blocks, -0, NaN payloads",
         expect_error: false,
+        sized_by_cases: false,
         make: special_values,
     },
     Group {
         name: "subnormals",
         about: "subnormal inputs, weights and scales; tiny eps",
         expect_error: false,
+        sized_by_cases: false,
         make: subnormals,
     },
     Group {
         name: "ties",
         about: "exact ties in RNdt, E4M3, UE8M0 and E2M1 rounding",
         expect_error: false,
+        sized_by_cases: false,
         make: ties,
     },
     Group {
         name: "huge",
         about: "values near dtype max, overflow to Inf, extreme global scales",
         expect_error: false,
+        sized_by_cases: false,
         make: huge,
     },
     Group {
         name: "eps",
         about: "eps 0, f32 subnormal, 1e-6, 1, 1e30, f32::MAX",
         expect_error: false,
+        sized_by_cases: false,
         make: eps,
     },
     Group {
         name: "weight-bias",
         about: "weight bias 1 (Gemma), -1, ±0, tiny and huge, over random and special weights",
         expect_error: false,
+        sized_by_cases: false,
         make: weight_bias,
     },
     Group {
         name: "global-scale",
         about: "per-row global scales incl. 0, -1, tiny, huge, Inf, NaN",
         expect_error: false,
+        sized_by_cases: false,
         make: global_scale,
     },
     Group {
         name: "strided",
         about: "row strides > H for x, residual and y_out",
         expect_error: false,
+        sized_by_cases: false,
         make: strided_rows,
     },
     Group {
         name: "narrow-wide",
         about: "H = one block .. 32768",
         expect_error: false,
+        sized_by_cases: false,
         make: narrow_wide,
     },
     Group {
         name: "random",
         about: "random mixtures of all of the above (--cases)",
         expect_error: false,
+        sized_by_cases: true,
         make: random_cases,
     },
     Group {
         name: "bad-input",
         about: "invalid calls: must be rejected, nothing written",
         expect_error: true,
+        sized_by_cases: false,
         make: bad_input,
     },
     Group {
         name: "fp8-scalings",
         about: "FP8: 2 elements x 26 scalings (tensor; token/32/64/128 x f32/floored/ue8m0 x row/col; mxfp8) x 2 dtypes x residual x y_out",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::scalings,
     },
     Group {
         name: "fp8-odd-m",
         about: "FP8: M = 0 .. 300, row-major, column-major (padded to 4 rows) and swizzled (128) scales",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::odd_m,
     },
     Group {
         name: "fp8-special-values",
         about: "FP8: NaN/Inf/zero rows and groups, -0, NaN payloads, special weights",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::special_values,
     },
     Group {
         name: "fp8-subnormals",
         about: "FP8: subnormal inputs, weights, codes and scales; subnormal static scales",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::subnormals,
     },
     Group {
         name: "fp8-ties",
         about: "FP8: exact ties in RNdt and FP8 rounding; UE8M0's round-up boundary",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::ties,
     },
     Group {
         name: "fp8-huge",
         about: "FP8: values near dtype max, overflow, saturation, extreme static scales",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::huge,
     },
     Group {
         name: "fp8-eps",
         about: "FP8: eps 0, f32 subnormal, 1e-6, 1, 1e30, f32::MAX",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::eps,
     },
     Group {
         name: "fp8-weight-bias",
         about: "FP8: weight bias 1 (Gemma), -1, ±0, tiny and huge, over special weights",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::weight_bias,
     },
     Group {
         name: "fp8-static-scale",
         about: "FP8: per-tensor scales 0, -0, -1, tiny, huge, ±Inf, NaN; in memory and by value",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::static_scale,
     },
     Group {
         name: "fp8-scale-floor",
         about: "FP8: f32 scale floors from the smallest subnormal to f32::MAX",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::scale_floor,
     },
     Group {
         name: "fp8-strided",
         about: "FP8: row strides > H for x, residual and y_out",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::strided_rows,
     },
     Group {
         name: "fp8-narrow-wide",
         about: "FP8: H = 1 .. 32768 (any H per tensor and per token), every scaling that fits",
         expect_error: false,
+        sized_by_cases: false,
         make: fp8::narrow_wide,
     },
     Group {
         name: "fp8-random",
         about: "FP8: random mixtures of all of the above (--cases)",
         expect_error: false,
+        sized_by_cases: true,
         make: fp8::random_cases,
     },
     Group {
         name: "fp8-bad-input",
         about: "FP8: invalid calls: must be rejected, nothing written",
         expect_error: true,
+        sized_by_cases: false,
         make: fp8::bad_input,
     },
 ];
@@ -301,38 +333,55 @@ pub fn run(a: VerifyArgs) -> Result<bool, CliError> {
         // Wrapping: the seeds are the release build's, and a debug build must not trap.
         let mut rng =
             StdRng::seed_from_u64(a.seed ^ (gi as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let cases = (g.make)(&mut rng, a.cases);
         let (mut p, mut f, mut s) = (0, 0, 0);
-        for (ci, case) in cases.iter().enumerate() {
-            for b in &backends {
-                let verdict = check_case(case, g.expect_error, &**b);
-                let label = format!("{}#{ci} {}: {}", g.name, b.name(), case.describe());
-                match verdict {
-                    Verdict::Pass => {
-                        p += 1;
-                        if a.verbose {
-                            println!("  pass {label}");
+        // The random groups a batch at a time from the same generator (the same cases as
+        // all at once): memory stays bounded whatever --cases says.
+        let mut left = a.cases;
+        let mut n_cases = 0usize;
+        loop {
+            let size = if g.sized_by_cases {
+                left.min(CASE_BATCH)
+            } else {
+                left
+            };
+            left -= size;
+            let cases = (g.make)(&mut rng, size);
+            for (i, case) in cases.iter().enumerate() {
+                let ci = n_cases + i;
+                for b in &backends {
+                    let verdict = check_case(case, g.expect_error, &**b);
+                    let label = format!("{}#{ci} {}: {}", g.name, b.name(), case.describe());
+                    match verdict {
+                        Verdict::Pass => {
+                            p += 1;
+                            if a.verbose {
+                                println!("  pass {label}");
+                            }
                         }
-                    }
-                    Verdict::Skip(why) => {
-                        s += 1;
-                        if a.verbose || s <= 3 {
-                            println!("  skip {label}: {why}");
+                        Verdict::Skip(why) => {
+                            s += 1;
+                            if a.verbose || s <= 3 {
+                                println!("  skip {label}: {why}");
+                            }
                         }
-                    }
-                    Verdict::Fail(why) => {
-                        f += 1;
-                        if a.verbose || f <= 5 {
-                            println!("  FAIL {label}: {why}");
+                        Verdict::Fail(why) => {
+                            f += 1;
+                            if a.verbose || f <= 5 {
+                                println!("  FAIL {label}: {why}");
+                            }
                         }
                     }
                 }
+            }
+            n_cases += cases.len();
+            if !g.sized_by_cases || left == 0 {
+                break;
             }
         }
         println!(
             "{:<18} {:>6} {:>7} {:>7} {:>8} {:>6.1}s  {}{}",
             g.name,
-            cases.len(),
+            n_cases,
             p,
             f,
             s,
@@ -1163,6 +1212,33 @@ fn bad_input(rng: &mut StdRng, _: usize) -> Vec<Case> {
 mod tests {
     use super::*;
     use crate::backend::Prepared;
+
+    /// The random groups made in batches are the cases made all at once (same seed, same
+    /// cases), and only they are sized by --cases.
+    #[test]
+    fn random_groups_in_batches_are_the_same_cases() {
+        for g in GROUPS.iter().filter(|g| g.sized_by_cases) {
+            let n = 2 * 40 + 7;
+            let whole = (g.make)(&mut StdRng::seed_from_u64(9), n);
+            let mut rng = StdRng::seed_from_u64(9);
+            let mut parts = Vec::new();
+            for size in [40, 40, 7] {
+                parts.extend((g.make)(&mut rng, size));
+            }
+            assert_eq!(whole.len(), n);
+            assert_eq!(parts.len(), n);
+            for (a, b) in whole.iter().zip(&parts) {
+                assert_eq!(a.describe(), b.describe(), "{}", g.name);
+                assert_eq!((&a.x, &a.residual, &a.w), (&b.x, &b.residual, &b.w));
+            }
+        }
+        let sized: Vec<&str> = GROUPS
+            .iter()
+            .filter(|g| g.sized_by_cases)
+            .map(|g| g.name)
+            .collect();
+        assert_eq!(sized, ["random", "fp8-random"]);
+    }
 
     /// The `ties` rows (all but every fourth) have rstd = 1/c exactly, so y = ±w: the
     /// block scales and E2M1 codes then sit on the rounding boundaries by construction.

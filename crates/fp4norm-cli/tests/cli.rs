@@ -666,3 +666,34 @@ fn a_bad_fp4norm_device_is_an_error() {
         text(&out.stderr)
     );
 }
+
+/// A huge --cases is a long run, not a crash: the random groups are made a batch at a
+/// time (their memory bounded by the batch), not all up front.
+#[test]
+fn verify_with_a_huge_case_count_runs_instead_of_crashing() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fp4norm"))
+        .args([
+            "verify",
+            "--device",
+            "cpu",
+            "--group",
+            "fp8-random",
+            "--cases",
+            "18446744073709551615",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running fp4norm");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let status = child.try_wait().expect("waiting for fp4norm");
+    if status.is_none() {
+        child.kill().expect("stopping fp4norm");
+    }
+    let out = child.wait_with_output().expect("fp4norm's output");
+    assert!(
+        status.is_none(),
+        "exited with {status:?}: {}",
+        text(&out.stderr)
+    );
+}
