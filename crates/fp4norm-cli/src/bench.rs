@@ -765,7 +765,7 @@ fn bench_one(
             .clamp(1, 200)
             .saturating_sub(warmup),
     };
-    warmup += extra_warmup;
+    warmup = warmup.saturating_add(extra_warmup);
     let min_reps = if est > 0.1 { 3 } else { 5 };
     let reps = a
         .reps

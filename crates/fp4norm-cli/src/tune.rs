@@ -56,6 +56,13 @@ impl TuneArgs {
                 "--h {h}: a hidden size must be a positive multiple of 16"
             ));
         }
+        // The calls measured have up to 1024 rows: their byte counts must fit.
+        let opts = fp4norm::Options::nvfp4().with_format(TUNE_FORMAT);
+        for &h in &self.h {
+            if let Err(e) = fp4norm::Problem::new(1024, h, DType::BF16, TUNE_LAYOUT, &opts) {
+                return Err(format!("--h {h}: {e}"));
+            }
+        }
         Ok(())
     }
 
@@ -236,6 +243,8 @@ mod tests {
         assert_eq!(w.a.plan(), (FULL_H.to_vec(), vec![DType::BF16, DType::F16]));
         let w = Wrap::try_parse_from(["t", "--h", "4096,100"]).unwrap();
         assert!(w.a.check_usage().is_err());
+        let w = Wrap::try_parse_from(["t", "--h", "1152921504606846976"]).unwrap();
+        assert!(w.a.check_usage().unwrap_err().contains("overflow"));
         let w = Wrap::try_parse_from(["t", "--h", "4096", "--dtype", "f16"]).unwrap();
         assert_eq!(w.a.plan(), (vec![4096], vec![DType::F16]));
     }
