@@ -697,3 +697,28 @@ fn verify_with_a_huge_case_count_runs_instead_of_crashing() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_cpu_backend_names_its_row_kernels() {
+    for isa in ["portable", "avx2"] {
+        let out = fp4norm_env(
+            &[
+                "verify", "--device", "cpu", "--group", "random", "--cases", "2",
+            ],
+            &[("FP4NORM_CPU_ISA", isa)],
+        );
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+        let header = stdout.lines().next().unwrap_or_default();
+        // AVX2 where the CPU has it; a capped process never reports a wider path.
+        let ran = if isa == "avx2" && !header.contains("avx2 FP4 row kernels") {
+            "portable"
+        } else {
+            isa
+        };
+        assert!(
+            header.contains(&format!("{ran} FP4 row kernels")),
+            "{header}"
+        );
+    }
+}
