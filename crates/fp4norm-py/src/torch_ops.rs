@@ -659,11 +659,21 @@ impl Meta {
         }
         let need =
             (self.storage_offset.saturating_add(span)).saturating_mul(self.element_size() as i64);
-        if self.ptr == 0 || need > self.storage_nbytes {
+        if need > self.storage_nbytes {
             return value(format!(
                 "{}: its elements reach byte {need} of a storage of {} bytes (the storage was \
                  freed or resized under this view)",
                 self.name, self.storage_nbytes
+            ));
+        }
+        if self.ptr == 0 {
+            // A wrapper subclass (or a meta / fake tensor) reports a storage of the right
+            // size whose data pointer is null: there is no memory to read or write.
+            return value(format!(
+                "{} has no storage (a tensor subclass or a meta/fake tensor?): fp4norm's kernels \
+                 read and write a tensor's memory; pass a plain tensor, or call the operator \
+                 through torch.ops so that the subclass sees it",
+                self.name
             ));
         }
         Ok(())

@@ -137,10 +137,15 @@ class _View:
                     span += (n - 1) * st
             need = (int(t.storage_offset()) + span) * int(t.element_size())
             have = int(t.untyped_storage().nbytes())
-            if self.ptr == 0 or need > have:
+            if need > have:
                 raise ArgumentError(
                     f"{self.name}: its storage holds {have} bytes but the tensor of shape "
                     f"{list(self.shape)} spans {need} (was its storage freed or resized?)"
+                )
+            if self.ptr == 0:
+                raise ArgumentError(
+                    f"{self.name} has no storage (a tensor subclass or a meta/fake tensor?): "
+                    "fp4norm reads and writes a tensor's memory; pass a plain tensor"
                 )
 
     def _from_numpy(self, a: Any) -> None:

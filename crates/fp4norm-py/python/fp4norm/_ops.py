@@ -603,14 +603,18 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _profiler = torch.autograd.profiler
 
 
-def _backend_keys(input: Any) -> Any:
+def _backend_keys(input: Any, others: Tuple[Any, ...] = ()) -> Any:
     """The dispatch keys of the kernel an eager call can go to directly, or None where the
-    dispatcher must route it: a tensor subclass (fake, functional, distributed tensors), an
-    active TorchDispatchMode, the profiler (which records operators in the dispatcher), or a
-    device without a native kernel (meta). Only the autograd layer is skipped otherwise, and
-    its work (the requires-grad refusal, the version counters) is done here."""
+    dispatcher must route it: a tensor subclass (fake, functional, distributed tensors, in
+    ``input`` or in any of the call's ``others``), an active TorchDispatchMode, the profiler
+    (which records operators in the dispatcher), or a device without a native kernel (meta).
+    Only the autograd layer is skipped otherwise, and its work (the requires-grad refusal,
+    the version counters) is done here."""
     if type(input) is not Tensor or _dispatch_modes() or _profiler._is_profiler_enabled:
         return None
+    for t in others:
+        if type(t) is not Tensor and isinstance(t, Tensor):
+            return None
     if input.is_cuda:
         return _KEYS_CUDA
     if input.is_cpu:
@@ -675,7 +679,7 @@ def fused(
         tail = (global_scale, eps, block_size, scale_format, is_sf_swizzled_layout, y_out, enable_pdl)
         if weight_bias is not None:
             tail += (weight_bias,)
-        keys = _backend_keys(input)
+        keys = _backend_keys(input, (residual, weight, global_scale, y_out))
         try:
             if keys is not None:
                 if residual is None:
@@ -702,7 +706,7 @@ def fused(
         )
         if weight_bias is not None:
             tail += (weight_bias,)
-        keys = _backend_keys(input)
+        keys = _backend_keys(input, (residual, weight, y_fp4, block_scale, global_scale, y_out))
         try:
             if keys is not None:
                 if residual is None:
@@ -860,7 +864,7 @@ def _run(
             for t, name in written:
                 if isinstance(t, Tensor):
                     refuse_if_requires_grad(t, op._schema.name, name)
-        keys = _backend_keys(_route(input, inputs))
+        keys = _backend_keys(_route(input, inputs), args)
         if keys is not None:
             result = op._handle.redispatch_boxed(keys, *args)
         else:

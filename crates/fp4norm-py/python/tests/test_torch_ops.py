@@ -565,3 +565,103 @@ def test_allreduce_torch_compile_fullgraph_dynamic_no_recompile(device):
         assert torch.equal(raw_t(qe), raw_t(qc)) and torch.equal(raw_t(se), raw_t(sc))
         assert torch.equal(raw_t(re), raw_t(rc))
     assert compiled.recompiles == 0, f"recompiled {compiled.recompiles} frames for a new M"
+
+
+# --------------------------------------------------------------------------------------
+# Tensor subclasses in any argument
+# --------------------------------------------------------------------------------------
+
+
+def _two(t, u):
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    return TwoTensor(t, u)
+
+
+SUBCLASS_ARGS = ["residual", "weight", "global_scale", "y_out", "y_fp4", "block_scale"]
+
+
+@pytest.mark.parametrize("arg", SUBCLASS_ARGS)
+def test_tensor_subclass_in_any_argument_reaches_its_dispatch(arg):
+    """A tensor subclass (here TwoTensor, which runs an operator once per component) in an
+    argument other than ``input`` must see the call through ``__torch_dispatch__``, as it
+    does when the operator is called through torch.ops: the eager shortcut to the backend
+    kernel is only for plain tensors. Bytes: each component as the reference writes it."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    r2 = (r.float() * 0.5).to(torch.bfloat16)
+    kw = {}
+    if arg == "residual":
+        residual = _two(r.clone(), r2.clone())
+    else:
+        residual = _two(r.clone(), r.clone())  # written once per component
+    if arg == "weight":
+        kw["weight"] = _two(w, w)
+    else:
+        kw["weight"] = w
+    if arg == "global_scale":
+        kw["global_scale"] = _two(torch.tensor([2.0]), torch.tensor([2.0]))
+    if arg == "y_out":
+        kw["y_out"] = _two(torch.empty_like(x), torch.empty_like(x))
+    if arg in ("y_fp4", "block_scale"):
+        kw["y_fp4"] = _two(*(torch.empty(3, 32, dtype=torch.uint8) for _ in range(2)))
+        kw["block_scale"] = _two(*(torch.empty(3, 4, dtype=torch.float8_e4m3fn) for _ in range(2)))
+    got = fp4norm.add_rmsnorm_fp4quant(x, residual, **kw)
+    for comp, r_in in (("a", r), ("b", r2 if arg == "residual" else r)):
+        r_ref = host(r_in).copy()
+        gs = 2.0 if arg == "global_scale" else None
+        y_ref = np.empty(host(x).shape, host(x).dtype) if arg == "y_out" else None
+        ref = reference.add_rmsnorm_fp4quant(host(x), r_ref, host(w), global_scale=gs, y_out=y_ref)
+        for t, want in zip(got, ref):
+            assert np.array_equal(raw(getattr(t, comp)), want.reshape(-1).view(np.uint8)), (arg, comp)
+        assert np.array_equal(raw(getattr(residual, comp)), r_ref.reshape(-1).view(np.uint8))
+        if y_ref is not None:
+            assert np.array_equal(raw(getattr(kw["y_out"], comp)), y_ref.reshape(-1).view(np.uint8))
+
+
+@pytest.mark.parametrize("arg", ["residual", "weight", "out", "scales_out", "inputs"])
+def test_tensor_subclass_reaches_its_dispatch_in_the_fp8_functions(arg):
+    """The FP8 functions (and the fused all-reduce) take the same care: a subclass in any
+    tensor argument sees the operator."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    residual = _two(r.clone(), r.clone())
+    weight = _two(w, w) if arg == "weight" else w
+    out = scales = None
+    if arg in ("out", "scales_out"):
+        out = _two(*(torch.empty(3, 64, dtype=torch.float8_e4m3fn) for _ in range(2)))
+        scales = _two(torch.empty(3, 1), torch.empty(3, 1))
+    if arg == "inputs":
+        got = fp4norm.allreduce_add_rmsnorm_fp8quant([x, _two(x, x)], residual, weight)
+    else:
+        got = fp4norm.add_rmsnorm_fp8quant(x, residual, weight, out, scales)
+    for comp in ("a", "b"):
+        r_ref = host(r).copy()
+        if arg == "inputs":
+            ref = reference.allreduce_add_rmsnorm_fp8quant([host(x), host(x)], r_ref, host(w))
+        else:
+            ref = reference.add_rmsnorm_fp8quant(host(x), r_ref, host(w))
+        for t, want in zip(got, ref):
+            assert np.array_equal(raw(getattr(t, comp)), want.reshape(-1).view(np.uint8)), (arg, comp)
+        assert np.array_equal(raw(getattr(residual, comp)), r_ref.reshape(-1).view(np.uint8))
+    # FlashInfer's static form too.
+    res = _two(r.clone(), r.clone())
+    q = torch.empty(3, 64, dtype=torch.float8_e4m3fn)
+    fp4norm.fused_add_rmsnorm_quant(q, x, res, w, 1.0)
+    r_ref = r.clone()
+    q_ref = torch.empty(3, 64, dtype=torch.float8_e4m3fn)
+    reference.fused_add_rmsnorm_quant(q_ref, x, r_ref, w, 1.0)
+    for comp in ("a", "b"):
+        assert np.array_equal(raw(getattr(res, comp)), raw(r_ref))
+    assert np.array_equal(raw(q), raw(q_ref))
+
+
+def test_tensor_without_storage_is_named_as_such():
+    """Where a wrapper subclass does reach fp4norm's memory-reading code (the host
+    reference, or the CPU kernel entered below the subclass's dispatch), the error says it
+    has no storage, not that its storage was freed."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    with pytest.raises(fp4norm.ArgumentError, match="residual has no storage .a tensor subclass"):
+        reference.add_rmsnorm_fp4quant(x, _two(r, r.clone()), w)
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    handle = ops.add_rmsnorm_fp4quant.default._handle
+    with pytest.raises(RuntimeError, match="fp4norm.ArgumentError: weight has no storage .a tensor subclass"):
+        handle.redispatch_boxed(keys, x, r.clone(), _two(w, w), None, 1e-6, 16, None, False, None, None)
