@@ -679,8 +679,13 @@ impl Meta {
         Ok(())
     }
 
-    /// Whether the tensor is one dense block in row-major order.
+    /// Whether the tensor is one dense block in row-major order. A tensor without
+    /// elements is, whatever its strides (as PyTorch's `is_contiguous` says): torch
+    /// allocates `[2, 0, H]` with strides `[H, H, 1]`.
     fn is_contiguous(&self) -> bool {
+        if self.shape().contains(&0) {
+            return true;
+        }
         let mut expected = 1i64;
         for d in (0..self.dim).rev() {
             if self.sizes[d] != 1 && self.strides[d] != expected {

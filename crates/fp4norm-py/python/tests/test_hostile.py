@@ -329,3 +329,157 @@ def test_torch_tensor_with_freed_or_shrunk_storage_is_refused():
     base.untyped_storage().resize_(M * H * 2 + 16)
     with pytest.raises(ValueError, match="input.*storage"):
         fp4norm.rmsnorm_fp4quant(view, w)
+
+
+# ---------------------------------------------------------------------------------------
+# Empty batches: [B, 0, H] and [0, H], every function, NumPy and torch
+# ---------------------------------------------------------------------------------------
+
+EMPTY_H = 128
+FP8_EMPTY_CONFIGS = [
+    dict(),
+    dict(group=32, scale_format="ue8m0", scale_layout="swizzled"),
+    dict(group=128, scale_layout="column-major"),
+    dict(group=32, scale_format="ue8m0", scale_layout="column-major"),
+    dict(group=64, scale_format="ue8m0"),
+    dict(scale=1.0),
+]
+
+
+def _empty_inputs(kind, lead):
+    shape = lead + (EMPTY_H,)
+    if kind == "numpy":
+        return np.zeros(shape, np.float16), np.zeros(shape, np.float16), np.ones(EMPTY_H, np.float16)
+    torch = pytest.importorskip("torch")
+    z = torch.zeros(shape, dtype=torch.float16)
+    return z, z.clone(), torch.ones(EMPTY_H, dtype=torch.float16)
+
+
+def _zeros_like(a):
+    # (torch has no zero fill for packed FP4; these buffers have no elements anyway)
+    return np.zeros_like(a) if isinstance(a, np.ndarray) else a.new_empty(a.shape)
+
+
+def _bytes(a):
+    if isinstance(a, np.ndarray):
+        return np.ascontiguousarray(a).reshape(-1).view(np.uint8).tobytes()
+    import torch
+
+    return a.detach().contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
+
+
+def _empty_cases():
+    cases = []
+    for b, fmt in ((16, "e4m3"), (32, "ue8m0")):
+        for lay in ("row-major", "swizzled", "both"):
+            flags = dict(
+                block_size=b, scale_format=fmt, is_sf_swizzled_layout=lay == "swizzled",
+                output_both_sf_layouts=lay == "both",
+            )
+            for res in (True, False):
+                name = f"fp4-{b}{fmt}-{lay}{'' if res else '-norez'}"
+                cases.append((name, "fp4", res, flags))
+    for i, cfg in enumerate(FP8_EMPTY_CONFIGS):
+        for res in (True, False):
+            cases.append((f"fp8-{i}{'' if res else '-norez'}", "fp8", res, cfg))
+    cases.append(("static", "static", True, {}))
+    cases.append(("static-norez", "static", False, {}))
+    cases.append(("block-quant", "block", True, {}))
+    return cases
+
+
+EMPTY_CASES = _empty_cases()
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("lead", [(2, 0), (0,)], ids=["2x0xH", "0xH"])
+@pytest.mark.parametrize("name,family,res,kw", EMPTY_CASES, ids=[c[0] for c in EMPTY_CASES])
+def test_empty_batches(kind, lead, name, family, res, kw):
+    """A batch with no rows, 3-D ``[2, 0, H]`` or 2-D ``[0, H]``, goes through every function
+    (allocated outputs, then the same outputs preallocated) and gives the reference's
+    outputs: a tensor without elements is contiguous, whatever its strides say."""
+    x, r, w = _empty_inputs(kind, lead)
+    ref = fp4norm.reference
+    if family == "fp4":
+        def call(mod, **outs):
+            if res:
+                return mod.add_rmsnorm_fp4quant(x, r, w, **outs, **kw)
+            return mod.rmsnorm_fp4quant(x, w, **outs, **kw)
+
+        want = call(ref)
+        got = call(fp4norm)
+        names = ["y_fp4", "block_scale", "block_scale_unswizzled"][: len(want)]
+        pre = {n: _zeros_like(a) for n, a in zip(names, want)}
+        got_pre = call(fp4norm, **pre)
+        assert all(g is pre[n] for n, g in zip(names, got_pre))
+        deq = fp4norm.dequantize(
+            got[0], got[-1], block_size=kw["block_size"], scale_format=kw["scale_format"]
+        )
+        assert tuple(deq.shape) == lead + (EMPTY_H,)
+    elif family == "fp8":
+        def call(mod, **outs):
+            if res:
+                return mod.add_rmsnorm_fp8quant(x, r, w, **outs, **kw)
+            return mod.rmsnorm_fp8quant(x, w, **outs, **kw)
+
+        want = call(ref)
+        got = call(fp4norm)
+        pre = {"out": _zeros_like(want[0])}
+        if "scale" not in kw:
+            pre["scales_out"] = _zeros_like(want[1])
+        got_pre = call(fp4norm, **pre)
+        assert got_pre[0] is pre["out"]
+        if "scale" not in kw:
+            assert got_pre[1] is pre["scales_out"]
+            deq = fp4norm.dequantize_fp8(
+                got[0], got[1], group=kw.get("group", "token"),
+                scale_format=kw.get("scale_format", "f32"),
+                scale_layout=kw.get("scale_layout", "row-major"),
+            )
+            assert tuple(deq.shape) == lead + (EMPTY_H,)
+    else:
+        def fp8_out():
+            if kind == "numpy":
+                return np.zeros(x.shape, ml_dtypes.float8_e4m3fn)
+            import torch
+
+            return torch.zeros(x.shape, dtype=torch.float8_e4m3fn)
+
+        def call(mod):
+            out = fp8_out()
+            if family == "static":
+                if res:
+                    mod.fused_add_rmsnorm_quant(out, x, r, w, 1.0)
+                else:
+                    mod.rmsnorm_quant(out, x, w, 1.0)
+                return (out,)
+            bs = _zeros_like(np.zeros((1, 0), np.float32) if kind == "numpy" else x.new_zeros(1, 0).float())
+            normed = _zeros_like(x)
+            mod.fused_add_rmsnorm_fp8_block_quant(out, bs, normed, x, r, w)
+            return (out, bs, normed)
+
+        want = call(ref)
+        got = got_pre = call(fp4norm)
+    for g, p, wnt in zip(got, got_pre, want):
+        assert tuple(g.shape) == tuple(wnt.shape) == tuple(p.shape), name
+        assert _bytes(g) == _bytes(wnt) == _bytes(p), name
+
+
+def test_empty_batches_through_the_operators():
+    """The operators themselves, with ``[2, 0, H]`` and ``[0, H]`` inputs: functional and
+    ``.out`` forms, column-major FP8 scales of no rows, dequantisation."""
+    torch = pytest.importorskip("torch")
+    ops = torch.ops.fp4norm
+    w = torch.ones(EMPTY_H, dtype=torch.bfloat16)
+    for lead in ((2, 0), (0,)):
+        x = torch.zeros(lead + (EMPTY_H,), dtype=torch.bfloat16)
+        q, s = ops.rmsnorm_fp4quant(x, w)
+        assert q.shape == lead + (EMPTY_H // 2,) and s.shape == lead + (EMPTY_H // 16,)
+        q2, s2, u2 = ops.add_rmsnorm_fp4quant.both(x, x.clone(), w)
+        assert s2.shape == (0,) and u2.shape == lead + (EMPTY_H // 16,)
+        ops.add_rmsnorm_fp4quant.out(x, x.clone(), w, torch.empty_like(q), torch.empty_like(s))
+        assert ops.dequantize(q, s).shape == lead + (EMPTY_H,)
+        out, sc = ops.add_rmsnorm_fp8quant(x, x.clone(), w, group_size=128, scale_layout="column-major")
+        assert out.shape == x.shape and sc.shape == (1, 0)
+        ops.rmsnorm_fp8quant.out(x, w, torch.empty_like(out), torch.empty_like(sc), group_size=128, scale_layout="column-major")
+        ops.rmsnorm_quant(torch.empty_like(out), x, w, torch.ones(1))
