@@ -33,6 +33,20 @@ pub(crate) fn bias32(weight_bias: f64) -> Result<f32, Error> {
     Ok(b)
 }
 
+/// An FP4 scale format as the Python API documents it: `"e4m3"` or `"ue8m0"`, in any case.
+/// The core library's parser also takes aliases (`"fp8"`, `"e4m3fn"`, `"e8m0"`); the Python
+/// layer and the operators take exactly these two, so that the functions, NumPy, the
+/// operators and their fake kernels accept the same spellings.
+pub(crate) fn fp4_scale_format(name: &str) -> Result<fp4norm::ScaleFormat, Fail> {
+    match name.to_ascii_lowercase().as_str() {
+        "e4m3" => Ok(fp4norm::ScaleFormat::E4M3),
+        "ue8m0" => Ok(fp4norm::ScaleFormat::UE8M0),
+        _ => Err(Fail::Value(format!(
+            "scale_format = {name:?} is not supported: use \"e4m3\" or \"ue8m0\""
+        ))),
+    }
+}
+
 /// Lower case, `_` read as `-` (`row_major` is `row-major`).
 fn normalise(name: &str) -> String {
     name.trim().to_ascii_lowercase().replace('_', "-")

@@ -891,15 +891,11 @@ impl OpArgs {
             }
         };
         let scale = match self.scale_format.as_deref() {
-            None | Some("") => match block {
+            None => match block {
                 BlockSize::B16 => ScaleFormat::E4M3,
                 BlockSize::B32 => ScaleFormat::UE8M0,
             },
-            Some(s) => s.to_ascii_lowercase().parse::<ScaleFormat>().map_err(|_| {
-                Fail::Value(format!(
-                    "scale_format = {s:?} is not supported: use \"e4m3\" or \"ue8m0\""
-                ))
-            })?,
+            Some(s) => args::fp4_scale_format(s)?,
         };
         Ok(Options {
             format: Fp4Format::new(block, scale),

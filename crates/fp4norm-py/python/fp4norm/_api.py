@@ -300,22 +300,32 @@ def _scale_dtypes(scale_format: str) -> Tuple[str, ...]:
 # --------------------------------------------------------------------------------------
 
 
-def _block_and_format(block_size: Any, scale_format: Any) -> Tuple[int, str]:
-    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
-        raise ArgumentTypeError(f"block_size must be an int (16 or 32), got {type(block_size).__name__}")
-    block_size = int(block_size)
-    if block_size not in (16, 32):
-        raise ArgumentError(f"block_size = {block_size} is not supported: use 16 (NVFP4) or 32 (MXFP4)")
+def fp4_scale_format(scale_format: Any) -> Optional[str]:
+    """An FP4 ``scale_format`` as every path takes it: ``"e4m3"`` or ``"ue8m0"`` in any
+    case (returned in lower case), or None (the block size's default). Any other spelling
+    is refused here, so that NumPy, torch, the operators and their fake kernels agree."""
     if scale_format is None:
-        return block_size, ("ue8m0" if block_size == 32 else "e4m3")
+        return None
     if not isinstance(scale_format, str):
         raise ArgumentTypeError(
             f"scale_format must be a str (\"e4m3\" or \"ue8m0\") or None, got "
             f"{type(scale_format).__name__}"
         )
     fmt = scale_format.lower()
-    if fmt not in ("e4m3", "ue8m0"):
+    if fmt != "e4m3" and fmt != "ue8m0":
         raise ArgumentError(f"scale_format = {scale_format!r} is not supported: use \"e4m3\" or \"ue8m0\"")
+    return fmt
+
+
+def _block_and_format(block_size: Any, scale_format: Any) -> Tuple[int, str]:
+    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
+        raise ArgumentTypeError(f"block_size must be an int (16 or 32), got {type(block_size).__name__}")
+    block_size = int(block_size)
+    if block_size not in (16, 32):
+        raise ArgumentError(f"block_size = {block_size} is not supported: use 16 (NVFP4) or 32 (MXFP4)")
+    fmt = fp4_scale_format(scale_format)
+    if fmt is None:
+        return block_size, ("ue8m0" if block_size == 32 else "e4m3")
     return block_size, fmt
 
 

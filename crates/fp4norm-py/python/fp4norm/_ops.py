@@ -69,6 +69,8 @@ from ._errors import ArgumentError, ArgumentTypeError
 
 Tensor = torch.Tensor
 
+_fp4_format = _api.fp4_scale_format
+
 _OPTIONS = (
     "Tensor? global_scale=None, float eps=1e-06, int block_size=16, str? scale_format=None, "
     "bool is_sf_swizzled_layout=False"
@@ -246,8 +248,9 @@ _LIB.impl("dequantize", torch.library.fallthrough_kernel, "Autograd")
 
 
 def _scale_dtype(block_size: int, scale_format: Optional[str]) -> torch.dtype:
-    fmt = scale_format or ("ue8m0" if block_size == 32 else "e4m3")
-    return torch.float8_e4m3fn if fmt.lower() == "e4m3" else torch.uint8
+    # The spellings every path accepts (an ArgumentError for any other, as the kernels).
+    fmt = _fp4_format(scale_format) or ("ue8m0" if block_size == 32 else "e4m3")
+    return torch.float8_e4m3fn if fmt == "e4m3" else torch.uint8
 
 
 def output_shapes(
@@ -517,6 +520,8 @@ def _call_operator(
     :func:`fp4norm.rmsnorm_fp4quant` through the operators; every check is the operator's.
     With ``inputs`` (every rank's input, ``input`` being the first), the fused all-reduce's
     operators."""
+    if scale_format is not None:
+        scale_format = _fp4_format(scale_format)
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, input)
     try:
@@ -661,6 +666,8 @@ def fused(
             scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
             block_scale_unswizzled, enable_pdl, y_out, weight_bias,
         )
+    if scale_format is not None:
+        scale_format = _fp4_format(scale_format)
     both = output_both_sf_layouts
     if both is not False and both is not True:
         both = _both_flag(both)
@@ -827,6 +834,8 @@ def dequantize(
             f"y_fp4 has shape {list(y_fp4.shape)}: pass m and h for a flat buffer, or y_fp4 "
             "shaped [..., H/2]"
         )
+    if scale_format is not None:
+        scale_format = _fp4_format(scale_format)
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, y_fp4)
     try:

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: torch opera
 import fp4norm  # noqa: E402
 from fp4norm import reference  # noqa: E402
 
-from fp4_helpers import FORMATS  # noqa: E402
+from fp4_helpers import FORMATS, same_bytes  # noqa: E402
 from torch_helpers import CompiledOnce, host, raw_np as raw, torch_data as data  # noqa: E402
 
 # FP4NORM_TEST_DEVICES=cuda runs the CUDA cases only (a GPU machine's run; CI covers the CPU).
@@ -665,3 +665,71 @@ def test_tensor_without_storage_is_named_as_such():
     handle = ops.add_rmsnorm_fp4quant.default._handle
     with pytest.raises(RuntimeError, match="fp4norm.ArgumentError: weight has no storage .a tensor subclass"):
         handle.redispatch_boxed(keys, x, r.clone(), _two(w, w), None, 1e-6, 16, None, False, None, None)
+
+
+# --------------------------------------------------------------------------------------
+# scale_format: one set of spellings on every path
+# --------------------------------------------------------------------------------------
+
+BAD_SCALE_FORMATS = ["e4m3fn", "fp8", "e8m0", "E4M3FN", "", " e4m3", "nvfp4"]
+
+
+@pytest.mark.parametrize("fmt", BAD_SCALE_FORMATS)
+def test_scale_format_outside_the_documented_spellings_is_refused_on_every_path(fmt):
+    """``scale_format`` is ``"e4m3"``, ``"ue8m0"`` (any case) or None on every path: the
+    torch functions, NumPy, the reference, the operators and the fake kernels that
+    torch.compile traces. Another spelling is an ArgumentError before anything runs (it
+    used to work on torch eagerly, with a fake kernel that predicted another dtype, and to
+    be refused on NumPy)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    xn, rn, wn = host(x), host(r).copy(), host(w)
+    q, s = fp4norm.rmsnorm_fp4quant(x, w)
+    qn, sn = host(q), host(s)
+    r0 = r.clone()
+    calls = [
+        lambda: fp4norm.add_rmsnorm_fp4quant(x, r, w, scale_format=fmt),
+        lambda: fp4norm.rmsnorm_fp4quant(x, w, scale_format=fmt, is_sf_swizzled_layout=True),
+        lambda: fp4norm.add_rmsnorm_fp4quant(x, r, w, q, s, scale_format=fmt),
+        lambda: fp4norm.add_rmsnorm_fp4quant(x, r, w, block_scale=s, scale_format=fmt),
+        lambda: fp4norm.allreduce_add_rmsnorm_fp4quant([x, x], r, w, scale_format=fmt),
+        lambda: fp4norm.add_rmsnorm_fp4quant(xn, rn, wn, scale_format=fmt),
+        lambda: reference.add_rmsnorm_fp4quant(xn, rn, wn, scale_format=fmt),
+        lambda: fp4norm.dequantize(q, s, scale_format=fmt),
+        lambda: fp4norm.dequantize(qn, sn, scale_format=fmt),
+        lambda: fp4norm.scale_sizes(3, 64, 16, fmt),
+    ]
+    for call in calls:
+        with pytest.raises(fp4norm.ArgumentError, match="scale_format"):
+            call()
+    assert torch.equal(r.view(torch.int16), r0.view(torch.int16))
+    assert same_bytes(rn, host(r0))
+    for op_call in (
+        lambda: ops.rmsnorm_fp4quant(x, w, scale_format=fmt),
+        lambda: ops.add_rmsnorm_fp4quant.out(x, r, w, q, s, scale_format=fmt),
+        lambda: ops.dequantize(q, s, scale_format=fmt),
+    ):
+        with pytest.raises(RuntimeError, match="fp4norm.ArgumentError: scale_format"):
+            op_call()
+    with FakeTensorMode() as mode:
+        fx, fw = mode.from_tensor(x), mode.from_tensor(w)
+        with pytest.raises(fp4norm.ArgumentError, match="scale_format"):
+            ops.rmsnorm_fp4quant(fx, fw, scale_format=fmt)
+
+
+@pytest.mark.parametrize("fmt", ["E4M3", "UE8M0", "Ue8m0"])
+def test_scale_format_in_any_case_agrees_with_its_fake_kernel(fmt):
+    """The documented spellings in any case: eager bytes are the reference's, the fake
+    kernel predicts the dtype eager returns (opcheck), torch.compile gives eager's bytes."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    got = fp4norm.rmsnorm_fp4quant(x, w, scale_format=fmt)
+    want = reference.rmsnorm_fp4quant(host(x), host(w), scale_format=fmt.lower())
+    for g, wnt in zip(got, want):
+        assert np.array_equal(raw(g), wnt.reshape(-1).view(np.uint8))
+    assert got[1].dtype == (torch.float8_e4m3fn if fmt.lower() == "e4m3" else torch.uint8)
+    torch.library.opcheck(ops.rmsnorm_fp4quant.default, (x, w), dict(scale_format=fmt))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w: fp4norm.rmsnorm_fp4quant(x, w, scale_format=fmt), fullgraph=True)
+    for g, c in zip(got, compiled(x, w)):
+        assert g.dtype == c.dtype and torch.equal(raw_t(g), raw_t(c))
