@@ -195,6 +195,8 @@ def add_rmsnorm_fp4quant(
             size, scale format, eps or global scale, outputs aliasing inputs or each other.
         RuntimeError: the CUDA driver, NVRTC or a kernel compile failed.
     """
+    if residual is None:
+        _api.require_residual(residual, "rmsnorm_fp4quant")
     if isinstance(input, _Tensor):
         return _torch_ops.fused(
             input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
@@ -341,6 +343,7 @@ def allreduce_add_rmsnorm_fp4quant(
     ``torch.ops.fp4norm.allreduce_add_rmsnorm_fp4quant`` operators, which ``torch.compile``
     traces and CUDA graphs capture.
     """
+    _api.require_residual(residual)
     inputs = _api.rank_inputs(inputs, 8)
     first = inputs[0]
     args = (
@@ -471,6 +474,8 @@ def fused_add_rmsnorm_quant(
     operator declares it unchanged too). ``weight_bias`` and ``y_out`` are keyword-only
     extensions FlashInfer's ``fused_add_rmsnorm_quant`` does not have.
     """
+    if residual is None:
+        _api.require_residual(residual, "rmsnorm_quant")
     if isinstance(input, _Tensor):
         _torch_ops.quant_static(
             out, input, residual, weight, scale, eps, enable_pdl, y_out, weight_bias
@@ -605,6 +610,8 @@ def add_rmsnorm_fp8quant(
             written then.
         RuntimeError: the CUDA driver, NVRTC or a kernel compile failed.
     """
+    if residual is None:
+        _api.require_residual(residual, "rmsnorm_fp8quant")
     if isinstance(input, _Tensor):
         return _torch_ops.quant(
             input, residual, weight, out, scales_out, eps, scale, element, group, scale_format,
@@ -668,6 +675,7 @@ def add_rmsnorm_mxfp8quant(
     32, in the swizzled 128x4 layout Blackwell's block-scaled GEMMs read (padding zero), or
     ``scale_layout="row-major"`` (``[..., H/32]``). ``H`` must be a multiple of 32.
     Returns ``(out, scales)``."""
+    _api.require_residual(residual, "rmsnorm_mxfp8quant")
     return add_rmsnorm_fp8quant(
         input, residual, weight, out, scales_out, eps, scale_layout=scale_layout, y_out=y_out,
         enable_pdl=enable_pdl, weight_bias=weight_bias, **_MXFP8,
@@ -719,6 +727,7 @@ def allreduce_add_rmsnorm_fp8quant(
     CUDA graphs capture. A bad rank input raises ``fp4norm.ArgumentError`` /
     ``ArgumentTypeError`` naming it (``inputs[k]``) before anything is written.
     """
+    _api.require_residual(residual)
     inputs = _api.rank_inputs(inputs, 8)
     if isinstance(inputs[0], _Tensor):
         tensors = _torch_ops.rank_tensors(inputs)
@@ -756,6 +765,7 @@ def allreduce_fused_add_rmsnorm_quant(
     (updated in place), ``weight`` and ``scale``; every other argument is its. On CUDA
     tensors one kernel (the operator ``torch.ops.fp4norm.allreduce_fused_add_rmsnorm_quant``);
     the bytes of :func:`fp4norm.reference.allreduce_fused_add_rmsnorm_quant`."""
+    _api.require_residual(residual)
     inputs = _api.rank_inputs(inputs, 8)
     if isinstance(inputs[0], _Tensor):
         tensors = _torch_ops.rank_tensors(inputs)

@@ -329,6 +329,18 @@ def _block_and_format(block_size: Any, scale_format: Any) -> Tuple[int, str]:
     return block_size, fmt
 
 
+def require_residual(residual: Any, instead: Optional[str] = None) -> None:
+    """Refuses ``residual=None`` in a function whose op adds a residual (FlashInfer's
+    require it): the op must not quietly run without its residual add. ``instead`` names
+    the form without a residual, where there is one."""
+    if residual is None:
+        hint = f" (use {instead} for no residual)" if instead else ""
+        raise ArgumentTypeError(
+            f"residual is required{hint}: the op adds it to the input and writes the sum "
+            "back into it"
+        )
+
+
 def _eps(eps: Any) -> float:
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise ArgumentTypeError(f"eps must be a float, got {type(eps).__name__}")
@@ -733,6 +745,7 @@ def fp8_block_quant(
     place), ``block_scale`` of its shape (a buffer of the right size but another shape,
     such as the logical ``[M, H/128]``, would be read in another layout than the one
     written) and E4M3 codes; errors then name its arguments."""
+    require_residual(residual)
     for name, a in (("out", out), ("block_scale", block_scale)):
         if a is None:
             raise ArgumentTypeError(

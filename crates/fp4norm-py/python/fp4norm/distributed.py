@@ -563,6 +563,7 @@ def allreduce_add_rmsnorm_fp4quant(
     :func:`fp4norm.allreduce_add_rmsnorm_fp4quant` (the operators); ``"symmetric"`` runs
     one kernel over the group's symmetric workspace, directly through the native layer
     (no operator: not traced by ``torch.compile``; CUDA graphs capture it)."""
+    _api.require_residual(residual)
     symmetric, pg = _use_symmetric(transport, input, group)
     if not symmetric:
         from . import allreduce_add_rmsnorm_fp4quant as fused
@@ -609,6 +610,7 @@ def allreduce_add_rmsnorm_fp8quant(
     ``options`` (``group`` being the scale group) are :func:`fp4norm.add_rmsnorm_fp8quant`'s.
     ``transport`` as for :func:`allreduce_add_rmsnorm_fp4quant`. Returns ``(out, scales)``,
     the bytes of :func:`fp4norm.reference.allreduce_add_rmsnorm_fp8quant`."""
+    _api.require_residual(residual)
     opts = _fp8_options(**options)
     symmetric, pg = _use_symmetric(transport, input, process_group)
     if not symmetric:
@@ -638,6 +640,7 @@ def allreduce_fused_add_rmsnorm_quant(
     ``residual`` (updated in place), ``weight`` and ``scale``; the bytes of
     :func:`fp4norm.reference.allreduce_fused_add_rmsnorm_quant`. ``transport`` as for
     :func:`allreduce_add_rmsnorm_fp4quant`."""
+    _api.require_residual(residual)
     symmetric, pg = _use_symmetric(transport, input, group)
     if not symmetric:
         from . import allreduce_fused_add_rmsnorm_quant as fused

@@ -52,6 +52,7 @@ def add_rmsnorm_fp4quant(
     weight_bias: Optional[float] = None,
 ) -> Tuple[Array, ...]:
     """:func:`fp4norm.add_rmsnorm_fp4quant` through the scalar reference (host arrays)."""
+    _api.require_residual(residual, "reference.rmsnorm_fp4quant")
     return _api.fused(
         input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
@@ -104,6 +105,7 @@ def allreduce_add_rmsnorm_fp4quant(
     order) summed in float32 one addition at a time and rounded once to the dtype, then
     :func:`add_rmsnorm_fp4quant` on that sum with this rank's ``residual``, ``weight`` and
     outputs. The contract every transport of the fused all-reduce must match, byte for byte."""
+    _api.require_residual(residual, "reference.allreduce_rmsnorm_fp4quant")
     return add_rmsnorm_fp4quant(
         _api.allreduce_sum(inputs), residual, weight, y_fp4, block_scale, global_scale, eps,
         block_size, scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
@@ -165,6 +167,7 @@ def fused_add_rmsnorm_quant(
     weight_bias: Optional[float] = None,
 ) -> None:
     """:func:`fp4norm.fused_add_rmsnorm_quant` through the scalar reference (host arrays)."""
+    _api.require_residual(residual, "reference.rmsnorm_quant")
     _api.fused_fp8(
         input, residual, weight, out, None, scale, None, None, None, None, None, eps, y_out,
         None, weight_bias, backend="reference", static=True,
@@ -208,6 +211,7 @@ def add_rmsnorm_fp8quant(
     weight_bias: Optional[float] = None,
 ) -> Tuple[Array, Array]:
     """:func:`fp4norm.add_rmsnorm_fp8quant` through the scalar reference (host arrays)."""
+    _api.require_residual(residual, "reference.rmsnorm_fp8quant")
     return _api.fused_fp8(
         input, residual, weight, out, scales_out, scale, element, group, scale_format,
         scale_layout, s_min, eps, y_out, None, weight_bias, backend="reference",
@@ -247,6 +251,7 @@ def allreduce_add_rmsnorm_fp8quant(
     that sum with this rank's ``residual``, ``weight`` and outputs; ``out``, ``scales_out``,
     ``eps`` and the keyword-only ``options`` are its. The contract every transport of the
     fused all-reduce must match, byte for byte."""
+    _api.require_residual(residual)
     return add_rmsnorm_fp8quant(
         _api.allreduce_sum(inputs), residual, weight, out, scales_out, eps, **options
     )
@@ -258,6 +263,7 @@ def allreduce_fused_add_rmsnorm_quant(
 ) -> None:
     """:func:`allreduce_add_rmsnorm_fp8quant` for FlashInfer's per-tensor static scale:
     :func:`fused_add_rmsnorm_quant` on the ranks' sum (SPEC.md §9)."""
+    _api.require_residual(residual)
     fused_add_rmsnorm_quant(
         out, _api.allreduce_sum(inputs), residual, weight, scale, eps, y_out=y_out,
         weight_bias=weight_bias,

@@ -483,3 +483,68 @@ def test_empty_batches_through_the_operators():
         assert out.shape == x.shape and sc.shape == (1, 0)
         ops.rmsnorm_fp8quant.out(x, w, torch.empty_like(out), torch.empty_like(sc), group_size=128, scale_layout="column-major")
         ops.rmsnorm_quant(torch.empty_like(out), x, w, torch.ones(1))
+
+
+# ---------------------------------------------------------------------------------------
+# residual=None where the op adds a residual
+# ---------------------------------------------------------------------------------------
+
+
+def _no_residual_calls(x, w, out8):
+    """Every function whose op adds a residual, called with residual=None; out8 an FP8
+    ``out`` of x's shape."""
+    ref = fp4norm.reference
+    return [
+        ("add_rmsnorm_fp4quant", lambda: fp4norm.add_rmsnorm_fp4quant(x, None, w), "rmsnorm_fp4quant"),
+        ("add_rmsnorm_fp8quant", lambda: fp4norm.add_rmsnorm_fp8quant(x, None, w), "rmsnorm_fp8quant"),
+        ("add_rmsnorm_mxfp8quant", lambda: fp4norm.add_rmsnorm_mxfp8quant(x, None, w), "rmsnorm_mxfp8quant"),
+        ("fused_add_rmsnorm_quant", lambda: fp4norm.fused_add_rmsnorm_quant(out8, x, None, w, 1.0), "rmsnorm_quant"),
+        ("fused_add_rmsnorm_fp8_block_quant", lambda: fp4norm.fused_add_rmsnorm_fp8_block_quant(
+            out8, _col_major_scales(x), None, x, None, w), None),
+        ("allreduce_add_rmsnorm_fp4quant", lambda: fp4norm.allreduce_add_rmsnorm_fp4quant([x, x], None, w), None),
+        ("allreduce_add_rmsnorm_fp8quant", lambda: fp4norm.allreduce_add_rmsnorm_fp8quant([x, x], None, w), None),
+        ("allreduce_fused_add_rmsnorm_quant", lambda: fp4norm.allreduce_fused_add_rmsnorm_quant(
+            out8, [x, x], None, w, 1.0), None),
+        ("reference.add_rmsnorm_fp4quant", lambda: ref.add_rmsnorm_fp4quant(x, None, w), "rmsnorm_fp4quant"),
+        ("reference.add_rmsnorm_fp8quant", lambda: ref.add_rmsnorm_fp8quant(x, None, w), "rmsnorm_fp8quant"),
+        ("reference.fused_add_rmsnorm_quant", lambda: ref.fused_add_rmsnorm_quant(out8, x, None, w, 1.0), "rmsnorm_quant"),
+        ("reference.fused_add_rmsnorm_fp8_block_quant", lambda: ref.fused_add_rmsnorm_fp8_block_quant(
+            out8, _col_major_scales(x), None, x, None, w), None),
+        ("reference.allreduce_add_rmsnorm_fp4quant", lambda: ref.allreduce_add_rmsnorm_fp4quant([x, x], None, w), None),
+        ("reference.allreduce_add_rmsnorm_fp8quant", lambda: ref.allreduce_add_rmsnorm_fp8quant([x, x], None, w), None),
+        ("reference.allreduce_fused_add_rmsnorm_quant", lambda: ref.allreduce_fused_add_rmsnorm_quant(
+            out8, [x, x], None, w, 1.0), None),
+    ]
+
+
+def _col_major_scales(x):
+    m = x.shape[0]
+    if isinstance(x, np.ndarray):
+        return np.zeros((x.shape[-1] // 128, (m + 3) // 4 * 4), np.float32)
+    import torch
+
+    return torch.zeros(x.shape[-1] // 128, (m + 3) // 4 * 4)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_residual_none_is_refused_where_the_op_adds_one(kind):
+    """FlashInfer's residual ops require the residual; ``residual=None`` used to drop the
+    residual add silently (the op without residual ran). Now an ArgumentTypeError naming
+    it, pointing at the form without residual, before anything is written."""
+    m, h = 4, 128
+    if kind == "numpy":
+        x = np.ones((m, h), np.float16)
+        w = np.ones(h, np.float16)
+        out8 = np.full((m, h), 0xAB, np.uint8).view(ml_dtypes.float8_e4m3fn)
+    else:
+        torch = pytest.importorskip("torch")
+        x = torch.ones(m, h, dtype=torch.float16)
+        w = torch.ones(h, dtype=torch.float16)
+        out8 = torch.full((m, h), 0xAB, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    for name, call, instead in _no_residual_calls(x, w, out8):
+        with pytest.raises(fp4norm.ArgumentTypeError, match="residual is required") as info:
+            call()
+        if instead is not None:
+            assert f"{instead} for no residual" in str(info.value), (name, str(info.value))
+        assert isinstance(info.value, AssertionError)
+    assert np.all(np.asarray(out8.view(np.uint8) if kind == "numpy" else out8.view(torch.uint8)) == 0xAB)
