@@ -159,6 +159,9 @@ struct Torch {
     /// `torch_exception_get_what_without_backtrace` (PyTorch 2.13 on): the message of this
     /// thread's last libtorch exception.
     last_error: Option<unsafe extern "C" fn() -> *const c_char>,
+    /// `aoti_torch_is_defined`: whether a tensor argument is defined (None passed for a
+    /// `Tensor` argument reaches a kernel as an undefined tensor).
+    is_defined: Option<unsafe extern "C" fn(Handle, *mut bool) -> Status>,
     /// The libraries stay loaded (and the registrations alive) for the process.
     _libs: Vec<libloading::Library>,
 }
@@ -204,6 +207,12 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
         )
         .ok()
         .map(|f| *f)
+    };
+    // SAFETY: the symbol's C signature, as declared in aoti_torch/c/shim.h.
+    let is_defined = unsafe {
+        cpu.get::<unsafe extern "C" fn(Handle, *mut bool) -> Status>(b"aoti_torch_is_defined\0")
+            .ok()
+            .map(|f| *f)
     };
     let dtype_or = |symbol: &[u8], fixed: Code| -> Code {
         // SAFETY: a dtype getter's C signature (stable/c/shim.h, 2.11 on), without arguments.
@@ -266,6 +275,7 @@ pub fn register(libtorch_cpu: &str, libtorch_cuda: Option<&str>) -> Result<u64, 
         current_cuda_stream,
         delete_box,
         last_error,
+        is_defined,
         _libs: libs,
     };
     let t = TORCH.get_or_init(|| t);
@@ -558,6 +568,19 @@ impl Meta {
         };
         let (mut ptr, mut dim) = (std::ptr::null_mut(), 0i64);
         let (mut sizes, mut strides) = (std::ptr::null_mut(), std::ptr::null_mut());
+        if let Some(is_defined) = torch().is_defined {
+            let mut defined = true;
+            // SAFETY: a live tensor handle and an out-pointer.
+            status(unsafe { is_defined(h, &mut defined) }, "reading a tensor")?;
+            if !defined {
+                let hint = if name == "residual" {
+                    " (the op adds it; use the rmsnorm_* form for no residual)"
+                } else {
+                    ""
+                };
+                return Err(Fail::Type(format!("{name} is required, got None{hint}")));
+            }
+        }
         // SAFETY (every call): a live tensor handle and out-pointers of the declared types;
         // sizes and strides are borrowed for the handle's life and copied at once.
         unsafe {

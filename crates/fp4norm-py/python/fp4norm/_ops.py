@@ -482,6 +482,14 @@ def _preallocated_scale_dtype(block_size: Any, scale_format: Any) -> torch.dtype
     return _scale_dtype(block_size, fmt)
 
 
+def required(value: Any, name: str) -> None:
+    """Refuses None for a tensor argument the operator requires, before the operator is
+    called (its argument parser passes None on as an undefined tensor; its fake kernel,
+    traced, would fail on it without naming it)."""
+    if value is None:
+        raise ArgumentTypeError(f"{name} is required, got None")
+
+
 def _both_flag(value: Any) -> bool:
     """``output_both_sf_layouts``, which picks the operator overload: a bool."""
     if value is True or value is False:
@@ -660,6 +668,8 @@ def fused(
     by torch.compile, the operators are called as they are. The two common eager calls
     (every output allocated, or the two outputs given) take a short path: this runs once
     per transformer layer, so its Python is kept to a few attribute reads."""
+    if weight is None:
+        required(weight, "weight")
     if _is_compiling():
         return _call_operator(
             input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
@@ -770,6 +780,7 @@ def allreduce(
     ``allreduce_add_rmsnorm_fp4quant`` operators (their Autograd kernel refuses tensors
     that require grad and advances the version counters)."""
     inputs = rank_tensors(inputs)
+    required(weight, "weight")
     return _call_operator(
         inputs[0], residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
@@ -811,6 +822,7 @@ def dequantize(
     h: Optional[int],
 ) -> Tensor:
     """:func:`fp4norm.dequantize` through the operator."""
+    required(block_scale, "block_scale")
     if (m is None) != (h is None):
         raise ArgumentError("pass both m and h, or neither (they are then read from y_fp4's shape)")
     if m is not None:
@@ -917,6 +929,8 @@ def quant_static(
     :func:`fp4norm.rmsnorm_quant` through the operators; returns the scale tensor used.
     ``element`` is given only for a uint8 ``out``. With ``inputs`` (every rank's input,
     ``input`` being the first) the fused all-reduce's operator."""
+    required(out, "out")
+    required(weight, "weight")
     scale = _fp8_scale(scale, input)
     tail = (eps, enable_pdl, y_out)
     if element is not None:
@@ -1017,6 +1031,7 @@ def quant(
     :func:`fp4norm.add_rmsnorm_fp8quant`, whose keyword-only arguments
     :func:`fp4norm.allreduce_add_rmsnorm_fp8quant` passes on by name; with ``inputs``
     (every rank's input, ``input`` being the first) the fused all-reduce's operators."""
+    required(weight, "weight")
     code = _dtype_code(out)
     elem = _api.fp8_element(element, code)
     if _api.fp8_per_tensor(scale, scales_out, group, scale_format, scale_layout, s_min):

@@ -733,3 +733,51 @@ def test_scale_format_in_any_case_agrees_with_its_fake_kernel(fmt):
     compiled = torch.compile(lambda x, w: fp4norm.rmsnorm_fp4quant(x, w, scale_format=fmt), fullgraph=True)
     for g, c in zip(got, compiled(x, w)):
         assert g.dtype == c.dtype and torch.equal(raw_t(g), raw_t(c))
+
+
+# --------------------------------------------------------------------------------------
+# None for a required tensor
+# --------------------------------------------------------------------------------------
+
+
+def test_none_for_a_required_tensor_is_named():
+    """None where a tensor is required: the functions raise ArgumentTypeError naming the
+    argument before calling an operator; the operators (whose parser lets None through as
+    an undefined tensor) refuse it with the same class and name, not a libtorch failure."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    q, s = fp4norm.rmsnorm_fp4quant(x, w)
+    out8 = torch.empty(3, 64, dtype=torch.float8_e4m3fn)
+    r0 = r.clone()
+    functions = [
+        ("weight", lambda: fp4norm.add_rmsnorm_fp4quant(x, r, None)),
+        ("weight", lambda: fp4norm.rmsnorm_fp4quant(x, None, q, s)),
+        ("weight", lambda: fp4norm.add_rmsnorm_fp8quant(x, r, None)),
+        ("weight", lambda: fp4norm.fused_add_rmsnorm_quant(out8, x, r, None, 1.0)),
+        ("weight", lambda: fp4norm.allreduce_add_rmsnorm_fp4quant([x, x], r, None)),
+        ("out", lambda: fp4norm.rmsnorm_quant(None, x, w, 1.0)),
+        ("out", lambda: fp4norm.fused_add_rmsnorm_quant(None, x, r, w, 1.0)),
+        ("block_scale", lambda: fp4norm.dequantize(q, None)),
+    ]
+    for name, call in functions:
+        with pytest.raises(fp4norm.ArgumentTypeError, match=rf"^{name} is required"):
+            call()
+    assert torch.equal(r.view(torch.int16), r0.view(torch.int16))
+    operators = [
+        ("input", lambda: ops.add_rmsnorm_fp4quant(None, r, w)),
+        ("residual", lambda: ops.add_rmsnorm_fp4quant(x, None, w)),
+        ("weight", lambda: ops.rmsnorm_fp4quant(x, None)),
+        ("y_fp4", lambda: ops.rmsnorm_fp4quant.out(x, w, None, s)),
+        ("block_scale", lambda: ops.add_rmsnorm_fp4quant.out(x, r, w, q, None)),
+        ("residual", lambda: ops.add_rmsnorm_fp8quant(x, None, w)),
+        ("residual", lambda: ops.allreduce_add_rmsnorm_fp4quant([x, x], None, w)),
+        ("out", lambda: ops.rmsnorm_quant(None, x, w, torch.ones(1))),
+        ("scale", lambda: ops.fused_add_rmsnorm_quant(out8, x, r, w, None)),
+        ("residual", lambda: ops.fused_add_rmsnorm_quant(out8, x, None, w, torch.ones(1))),
+        ("y_fp4", lambda: ops.dequantize(None, s)),
+        ("block_scale", lambda: ops.dequantize(q, None)),
+    ]
+    for name, call in operators:
+        with pytest.raises(RuntimeError, match=rf"fp4norm.ArgumentTypeError: {name} is required") as info:
+            call()
+        assert isinstance(fp4norm._ops.translate(info.value), fp4norm.ArgumentTypeError)
+    assert torch.equal(r.view(torch.int16), r0.view(torch.int16))
