@@ -243,7 +243,10 @@ _LIB.impl("dequantize", torch.library.fallthrough_kernel, "Autograd")
 
 
 # --------------------------------------------------------------------------------------
-# Fake kernels: output shapes from input shapes, with no guard on the token count.
+# Fake kernels: output shapes from input shapes, with no guard on the token count, after
+# the checks that need no data (dtypes, ranks, H against the block or group, options), so
+# that a bad call fails when torch.compile or torch.export traces it, with the kernels'
+# classes and messages, rather than when the compiled code runs.
 # --------------------------------------------------------------------------------------
 
 
@@ -251,6 +254,135 @@ def _scale_dtype(block_size: int, scale_format: Optional[str]) -> torch.dtype:
     # The spellings every path accepts (an ArgumentError for any other, as the kernels).
     fmt = _fp4_format(scale_format) or ("ue8m0" if block_size == 32 else "e4m3")
     return torch.float8_e4m3fn if fmt == "e4m3" else torch.uint8
+
+
+def _word(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+_ROW_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _need_dtype(t: Tensor, name: str, allowed: Tuple[torch.dtype, ...]) -> None:
+    if t.dtype not in allowed:
+        raise ArgumentTypeError(
+            f"{name} has dtype {_word(t.dtype)}; expected {' or '.join(_word(d) for d in allowed)}"
+        )
+
+
+def _same_device(t: Tensor, name: str, input: Tensor, input_name: str) -> None:
+    if t.device != input.device:
+        raise ArgumentError(
+            f"{name} is on {t.device} but {input_name} is on {input.device}: put all tensors "
+            "of one call on one device"
+        )
+
+
+def _check_rows(
+    input: Tensor, residual: Optional[Tensor], weight: Tensor, y_out: Optional[Tensor],
+    ranks: Tuple[Tensor, ...] = (), name: str = "input",
+) -> Any:
+    """The row tensors' rules (the kernels' ``read_rows``): ``input`` bf16 or f16, 2-D or
+    3-D; ``residual``, ``y_out`` and the other ranks' inputs of its dtype, device and shape;
+    ``weight`` ``[H]`` of its dtype and device. Returns H. Shapes are compared only with
+    shapes (no guard on the token count beyond equality)."""
+    required(input, name)
+    required(weight, "weight")
+    _need_dtype(input, name, _ROW_DTYPES)
+    if input.dim() not in (2, 3):
+        raise ArgumentError(
+            f"{name} must be 2-D [M, H] or 3-D [B, S, H]; got shape {list(input.shape)}"
+        )
+    rule = "input, residual, weight and y_out must share one dtype"
+    rows = [(residual, "residual", rule)]
+    rows += [(r, f"inputs[{k + 1}]", "every rank's input must share one dtype") for k, r in enumerate(ranks)]
+    for t, n, why in rows[:1] + [(weight, "weight", rule), (y_out, "y_out", rule)] + rows[1:]:
+        if t is None:
+            continue
+        _same_device(t, n, input, name)
+        if t.dtype != input.dtype:
+            raise ArgumentTypeError(
+                f"{n} has dtype {_word(t.dtype)} but {name} is {_word(input.dtype)}: {why}"
+            )
+        if n == "weight":
+            h = input.shape[-1]
+            if t.dim() != 1 or t.shape[0] != h:
+                raise ArgumentError(
+                    f"weight has shape {list(t.shape)}; expected ({h},), one value per hidden "
+                    "element"
+                )
+        elif tuple(t.shape) != tuple(input.shape):
+            raise ArgumentError(
+                f"{n} has shape {list(t.shape)} but {name} has shape {list(input.shape)}"
+            )
+    return input.shape[-1]
+
+
+def _rank_list(inputs: Any) -> Tuple[Tensor, Tuple[Tensor, ...]]:
+    """A fused all-reduce's ``Tensor[] inputs``: rank 0's and the others', 1 to 8 in all."""
+    if len(inputs) == 0:
+        raise ArgumentError("inputs is empty: the all-reduce needs the input of at least one rank")
+    if len(inputs) > 8:
+        raise ArgumentError(f"{len(inputs)} ranks: the fused all-reduce sums 1 to 8")
+    return inputs[0], tuple(inputs[1:])
+
+
+def _check_fp4(
+    input, residual, weight, y_out, global_scale, block_size, scale_format, ranks=(),
+    name="input",
+) -> None:
+    """An FP4 call's rules that need no data, in the kernels' order: block size and scale
+    format, the row tensors, the global scale's dtype and rank, H a positive multiple of
+    the block."""
+    if block_size not in (16, 32):
+        raise ArgumentError(
+            f"block_size = {block_size} is not supported: use 16 (NVFP4) or 32 (MXFP4)"
+        )
+    _fp4_format(scale_format)
+    h = _check_rows(input, residual, weight, y_out, ranks, name)
+    if global_scale is not None:
+        _same_device(global_scale, "global_scale", input, name)
+        _need_dtype(global_scale, "global_scale", (torch.float32,))
+        if global_scale.dim() > 1:
+            raise ArgumentError(
+                f"global_scale has shape {list(global_scale.shape)}: pass shape (1,) (one "
+                "scale) or (M,) (one per row)"
+            )
+    _check_hidden(h, block_size)
+
+
+def _check_hidden(h: Any, block_size: int) -> None:
+    if h == 0:
+        raise ArgumentError(
+            f"hidden size H is 0: H must be a positive multiple of the block size ({block_size})"
+        )
+    if h % block_size != 0:
+        raise ArgumentError(
+            f"hidden size H = {h} is not a multiple of the block size {block_size}: use H "
+            f"divisible by {block_size}, or another block size"
+        )
+
+
+def _fp4_scale_dtypes(block_size: int, scale_format: Optional[str]) -> Tuple[torch.dtype, ...]:
+    """The dtypes a caller's FP4 scale output may have (the first is fp4norm's own)."""
+    if _scale_dtype(block_size, scale_format) == torch.float8_e4m3fn:
+        return (torch.float8_e4m3fn, torch.uint8)
+    return (torch.uint8, torch.float8_e8m0fnu)
+
+
+def _check_fp4_outputs(input, y_fp4, block_scale, unswizzled, block_size, scale_format, name="input"):
+    """Preallocated FP4 outputs: their devices and dtypes."""
+    required(y_fp4, "y_fp4")
+    required(block_scale, "block_scale")
+    scale_dtypes = _fp4_scale_dtypes(block_size, scale_format)
+    for t, n, allowed in (
+        (y_fp4, "y_fp4", (torch.uint8, torch.float4_e2m1fn_x2)),
+        (block_scale, "block_scale", scale_dtypes),
+        (unswizzled, "block_scale_unswizzled", scale_dtypes),
+    ):
+        if t is not None:
+            _same_device(t, n, input, name)
+            _need_dtype(t, n, allowed)
 
 
 def output_shapes(
@@ -285,6 +417,8 @@ def _fake_add(
     input, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
     is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
+    required(residual, "residual")
+    _check_fp4(input, residual, weight, y_out, global_scale, block_size, scale_format)
     return _fake_outputs(input, block_size, scale_format, is_sf_swizzled_layout, False)
 
 
@@ -293,6 +427,8 @@ def _fake_add_both(
     input, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
     is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
+    required(residual, "residual")
+    _check_fp4(input, residual, weight, y_out, global_scale, block_size, scale_format)
     return _fake_outputs(input, block_size, scale_format, True, True)
 
 
@@ -301,6 +437,7 @@ def _fake_rms(
     input, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
     is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
+    _check_fp4(input, None, weight, y_out, global_scale, block_size, scale_format)
     return _fake_outputs(input, block_size, scale_format, is_sf_swizzled_layout, False)
 
 
@@ -309,16 +446,30 @@ def _fake_rms_both(
     input, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
     is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
+    _check_fp4(input, None, weight, y_out, global_scale, block_size, scale_format)
     return _fake_outputs(input, block_size, scale_format, True, True)
 
 
 @torch.library.register_fake("fp4norm::add_rmsnorm_fp4quant.out")
-def _fake_add_out(*args, **kwargs):
+def _fake_add_out(
+    input, residual, weight, y_fp4, block_scale, block_scale_unswizzled=None,
+    global_scale=None, eps=1e-6, block_size=16, scale_format=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
+):
+    required(residual, "residual")
+    _check_fp4(input, residual, weight, y_out, global_scale, block_size, scale_format)
+    _check_fp4_outputs(input, y_fp4, block_scale, block_scale_unswizzled, block_size, scale_format)
     return None
 
 
 @torch.library.register_fake("fp4norm::rmsnorm_fp4quant.out")
-def _fake_rms_out(*args, **kwargs):
+def _fake_rms_out(
+    input, weight, y_fp4, block_scale, block_scale_unswizzled=None, global_scale=None,
+    eps=1e-6, block_size=16, scale_format=None, is_sf_swizzled_layout=False, y_out=None,
+    enable_pdl=None, weight_bias=0.0,
+):
+    _check_fp4(input, None, weight, y_out, global_scale, block_size, scale_format)
+    _check_fp4_outputs(input, y_fp4, block_scale, block_scale_unswizzled, block_size, scale_format)
     return None
 
 
@@ -327,7 +478,10 @@ def _fake_allreduce(
     inputs, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
     is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
-    return _fake_outputs(inputs[0], block_size, scale_format, is_sf_swizzled_layout, False)
+    first, ranks = _rank_list(inputs)
+    required(residual, "residual")
+    _check_fp4(first, residual, weight, y_out, global_scale, block_size, scale_format, ranks, "inputs[0]")
+    return _fake_outputs(first, block_size, scale_format, is_sf_swizzled_layout, False)
 
 
 @torch.library.register_fake("fp4norm::allreduce_add_rmsnorm_fp4quant.both")
@@ -335,11 +489,24 @@ def _fake_allreduce_both(
     inputs, residual, weight, global_scale=None, eps=1e-6, block_size=16, scale_format=None,
     is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
-    return _fake_outputs(inputs[0], block_size, scale_format, True, True)
+    first, ranks = _rank_list(inputs)
+    required(residual, "residual")
+    _check_fp4(first, residual, weight, y_out, global_scale, block_size, scale_format, ranks, "inputs[0]")
+    return _fake_outputs(first, block_size, scale_format, True, True)
 
 
 @torch.library.register_fake("fp4norm::allreduce_add_rmsnorm_fp4quant.out")
-def _fake_allreduce_out(*args, **kwargs):
+def _fake_allreduce_out(
+    inputs, residual, weight, y_fp4, block_scale, block_scale_unswizzled=None,
+    global_scale=None, eps=1e-6, block_size=16, scale_format=None,
+    is_sf_swizzled_layout=False, y_out=None, enable_pdl=None, weight_bias=0.0,
+):
+    first, ranks = _rank_list(inputs)
+    required(residual, "residual")
+    _check_fp4(first, residual, weight, y_out, global_scale, block_size, scale_format, ranks, "inputs[0]")
+    _check_fp4_outputs(
+        first, y_fp4, block_scale, block_scale_unswizzled, block_size, scale_format, "inputs[0]"
+    )
     return None
 
 
@@ -348,6 +515,22 @@ def _fake_dequantize(
     y_fp4, block_scale, global_scale=None, block_size=16, scale_format=None,
     is_sf_swizzled_layout=False,
 ):
+    if block_size not in (16, 32):
+        raise ArgumentError(
+            f"block_size = {block_size} is not supported: use 16 (NVFP4) or 32 (MXFP4)"
+        )
+    _fp4_format(scale_format)
+    required(y_fp4, "y_fp4")
+    required(block_scale, "block_scale")
+    _need_dtype(y_fp4, "y_fp4", (torch.uint8, torch.float4_e2m1fn_x2))
+    if y_fp4.dim() < 1:
+        raise ArgumentError("y_fp4 must have a last dimension of H/2 bytes")
+    _same_device(block_scale, "block_scale", y_fp4, "y_fp4")
+    _need_dtype(block_scale, "block_scale", _fp4_scale_dtypes(block_size, scale_format))
+    if global_scale is not None:
+        _same_device(global_scale, "global_scale", y_fp4, "y_fp4")
+        _need_dtype(global_scale, "global_scale", (torch.float32,))
+    _check_hidden(2 * y_fp4.shape[-1], block_size)
     return y_fp4.new_empty(tuple(y_fp4.shape[:-1]) + (2 * y_fp4.shape[-1],), dtype=torch.float32)
 
 
@@ -388,6 +571,87 @@ def fp8_output_shapes(
     return lead + (h,), (n, ((m + 3) // 4) * 4)
 
 
+# The FP8 option names as the native parser (args.rs) takes them, after `_name`.
+_FP8_ELEMENTS = {"e4m3": "e4m3", "e4m3fn": "e4m3", "float8-e4m3fn": "e4m3", "e5m2": "e5m2", "float8-e5m2": "e5m2"}
+_FP8_FORMATS = {"f32": "f32", "float32": "f32", "ue8m0": "ue8m0"}
+_FP8_LAYOUTS = {
+    "row-major": "row-major", "row": "row-major", "column-major": "column-major",
+    "col-major": "column-major", "column": "column-major", "swizzled": "swizzled",
+}
+
+
+def _fp8_element(element: str) -> str:
+    name = _FP8_ELEMENTS.get(_name(element))
+    if name is None:
+        raise ArgumentError(
+            f'element = "{element}" is not supported: use "e4m3" (float8_e4m3fn) or "e5m2" '
+            "(float8_e5m2)"
+        )
+    return name
+
+
+def _check_fp8_dynamic(
+    input, residual, weight, y_out, element, group_size, scale_format, scale_layout,
+    ranks=(), name="input",
+) -> Tuple[str, str]:
+    """A dynamic-scale FP8 call's rules that need no data, in the kernels' order: the
+    options, the row tensors, H against the group and the layout. Returns
+    ``(element, scale format)``."""
+    elem = _fp8_element(element)
+    if group_size not in (-1, 32, 64, 128):
+        raise ArgumentError(
+            f"group size {group_size} is not supported: use per-token scales (group "
+            '"token"; -1 for the operators\' group_size), 32, 64 or 128'
+        )
+    fmt = _FP8_FORMATS.get(_name(scale_format))
+    if fmt is None:
+        raise ArgumentError(
+            f'scale_format = "{scale_format}" is not supported for FP8 scales: use "f32" or '
+            '"ue8m0"'
+        )
+    layout = _FP8_LAYOUTS.get(_name(scale_layout))
+    if layout is None:
+        raise ArgumentError(
+            f'scale_layout = "{scale_layout}" is not supported: use "row-major", '
+            '"column-major" or "swizzled"'
+        )
+    h = _check_rows(input, residual, weight, y_out, ranks, name)
+    _check_fp8_hidden(h)
+    g = h if group_size == -1 else group_size
+    if h % g != 0:
+        raise ArgumentError(
+            f"hidden size H = {h} is not a multiple of the group size {g}: use H divisible by "
+            f"{g}, another group size, or per-token scales (G = H)"
+        )
+    if layout == "swizzled" and (fmt != "ue8m0" or g != 32):
+        raise ArgumentError(
+            "the swizzled 128x4 scale layout is MXFP8's and needs UE8M0 scales in groups of 32 "
+            f"(got {fmt} scales in groups of {g}): use UE8M0 with G = 32, or the row-major or "
+            "column-major layout"
+        )
+    return elem, fmt
+
+
+def _check_fp8_hidden(h: Any) -> None:
+    if h == 0:
+        raise ArgumentError(
+            "hidden size H is 0: the FP8 ops need H > 0 (a positive multiple of the group size)"
+        )
+
+
+def _check_fp8_outputs(input, out, scales_out, elem, fmt, name="input") -> None:
+    """Preallocated dynamic-scale FP8 outputs: their devices and dtypes."""
+    required(out, "out")
+    required(scales_out, "scales_out")
+    _same_device(out, "out", input, name)
+    _need_dtype(out, "out", (fp8_dtype(elem), torch.uint8))
+    _same_device(scales_out, "scales_out", input, name)
+    _need_dtype(
+        scales_out, "scales_out",
+        (torch.uint8, torch.float8_e8m0fnu) if fmt == "ue8m0" else (torch.float32,),
+    )
+
+
 def _fake_fp8_outputs(input, element, group_size, scale_format, scale_layout):
     q_shape, s_shape = fp8_output_shapes(input, group_size, scale_layout)
     return (
@@ -401,6 +665,8 @@ def _fake_add_fp8(
     input, residual, weight, element="e4m3", group_size=-1, scale_format="f32",
     scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
+    required(residual, "residual")
+    _check_fp8_dynamic(input, residual, weight, y_out, element, group_size, scale_format, scale_layout)
     return _fake_fp8_outputs(input, element, group_size, scale_format, scale_layout)
 
 
@@ -409,6 +675,7 @@ def _fake_rms_fp8(
     input, weight, element="e4m3", group_size=-1, scale_format="f32",
     scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
+    _check_fp8_dynamic(input, None, weight, y_out, element, group_size, scale_format, scale_layout)
     return _fake_fp8_outputs(input, element, group_size, scale_format, scale_layout)
 
 
@@ -417,16 +684,114 @@ def _fake_allreduce_fp8(
     inputs, residual, weight, element="e4m3", group_size=-1, scale_format="f32",
     scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
-    return _fake_fp8_outputs(inputs[0], element, group_size, scale_format, scale_layout)
+    first, ranks = _rank_list(inputs)
+    required(residual, "residual")
+    _check_fp8_dynamic(
+        first, residual, weight, y_out, element, group_size, scale_format, scale_layout, ranks,
+        "inputs[0]",
+    )
+    return _fake_fp8_outputs(first, element, group_size, scale_format, scale_layout)
 
 
-# The operators that only write what they are given return nothing.
-for _written_only in (
-    "rmsnorm_quant", "fused_add_rmsnorm_quant", "add_rmsnorm_fp8quant.out",
-    "rmsnorm_fp8quant.out", "allreduce_add_rmsnorm_fp8quant.out",
-    "allreduce_fused_add_rmsnorm_quant",
+@torch.library.register_fake("fp4norm::add_rmsnorm_fp8quant.out")
+def _fake_add_fp8_out(
+    input, residual, weight, out, scales_out, element="e4m3", group_size=-1,
+    scale_format="f32", scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None,
+    enable_pdl=None, weight_bias=0.0,
 ):
-    torch.library.register_fake("fp4norm::" + _written_only)(lambda *args, **kwargs: None)
+    required(residual, "residual")
+    elem, fmt = _check_fp8_dynamic(
+        input, residual, weight, y_out, element, group_size, scale_format, scale_layout
+    )
+    _check_fp8_outputs(input, out, scales_out, elem, fmt)
+    return None
+
+
+@torch.library.register_fake("fp4norm::rmsnorm_fp8quant.out")
+def _fake_rms_fp8_out(
+    input, weight, out, scales_out, element="e4m3", group_size=-1, scale_format="f32",
+    scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None, enable_pdl=None, weight_bias=0.0,
+):
+    elem, fmt = _check_fp8_dynamic(
+        input, None, weight, y_out, element, group_size, scale_format, scale_layout
+    )
+    _check_fp8_outputs(input, out, scales_out, elem, fmt)
+    return None
+
+
+@torch.library.register_fake("fp4norm::allreduce_add_rmsnorm_fp8quant.out")
+def _fake_allreduce_fp8_out(
+    inputs, residual, weight, out, scales_out, element="e4m3", group_size=-1,
+    scale_format="f32", scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None,
+    enable_pdl=None, weight_bias=0.0,
+):
+    first, ranks = _rank_list(inputs)
+    required(residual, "residual")
+    elem, fmt = _check_fp8_dynamic(
+        first, residual, weight, y_out, element, group_size, scale_format, scale_layout, ranks,
+        "inputs[0]",
+    )
+    _check_fp8_outputs(first, out, scales_out, elem, fmt, "inputs[0]")
+    return None
+
+
+def _check_fp8_static(out, input, residual, weight, scale, y_out, element, ranks=(), name="input"):
+    """FlashInfer's per-tensor-scale FP8 call: the row tensors, ``out`` (a float8 dtype,
+    or uint8 with ``element``), ``scale`` (float32, one value), H > 0."""
+    static_element = None if element is None else _fp8_element(element)
+    required(out, "out")
+    required(scale, "scale")
+    h = _check_rows(input, residual, weight, y_out, ranks, name)
+    _same_device(out, "out", input, name)
+    typed = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}.get(out.dtype)
+    if typed is not None and static_element is not None and typed != static_element:
+        raise ArgumentTypeError(
+            f'out has dtype {_word(out.dtype)} but element = "{static_element}": pass out of the '
+            "element's float8 dtype (or uint8), or leave element None to take out's format"
+        )
+    if typed is None and not (static_element is not None and out.dtype == torch.uint8):
+        raise ArgumentTypeError(
+            f"out has dtype {_word(out.dtype)}; expected float8_e4m3fn or float8_e5m2 (its "
+            "dtype picks the FP8 format), or uint8 with element"
+        )
+    _same_device(scale, "scale", input, name)
+    _need_dtype(scale, "scale", (torch.float32,))
+    if scale.dim() > 1 or scale.numel() != 1:
+        raise ArgumentError(
+            f"scale has shape {list(scale.shape)}: pass a float32 tensor of shape (1,) (or 0-d) "
+            "on the input's device"
+        )
+    _check_fp8_hidden(h)
+
+
+@torch.library.register_fake("fp4norm::rmsnorm_quant")
+def _fake_rms_quant(
+    out, input, weight, scale, eps=1e-6, enable_pdl=None, y_out=None, weight_bias=0.0,
+    element=None,
+):
+    _check_fp8_static(out, input, None, weight, scale, y_out, element)
+    return None
+
+
+@torch.library.register_fake("fp4norm::fused_add_rmsnorm_quant")
+def _fake_add_quant(
+    out, input, residual, weight, scale, eps=1e-6, enable_pdl=None, y_out=None,
+    weight_bias=0.0, element=None,
+):
+    required(residual, "residual")
+    _check_fp8_static(out, input, residual, weight, scale, y_out, element)
+    return None
+
+
+@torch.library.register_fake("fp4norm::allreduce_fused_add_rmsnorm_quant")
+def _fake_allreduce_quant(
+    out, inputs, residual, weight, scale, eps=1e-6, enable_pdl=None, y_out=None,
+    weight_bias=0.0, element=None,
+):
+    first, ranks = _rank_list(inputs)
+    required(residual, "residual")
+    _check_fp8_static(out, first, residual, weight, scale, y_out, element, ranks, "inputs[0]")
+    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -532,52 +897,88 @@ def _call_operator(
         scale_format = _fp4_format(scale_format)
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, input)
+    if _is_compiling():
+        # Traced, the operator is called with no handler around it: a call its fake kernel
+        # refuses then fails with Dynamo's error naming the fp4norm class and message (a
+        # handler here would make it an "observed exception" without them).
+        return _operator_call(
+            input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
+            scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
+            block_scale_unswizzled, enable_pdl, y_out, weight_bias, inputs,
+        )
     try:
-        both = _both_flag(output_both_sf_layouts)
-        if y_fp4 is None and block_scale is None and block_scale_unswizzled is None:
-            if inputs is not None:
-                return (ALLREDUCE_BOTH if both else ALLREDUCE)(
-                    inputs, residual, weight, global_scale, eps, block_size, scale_format,
-                    is_sf_swizzled_layout, y_out, enable_pdl, *_bias(weight_bias),
-                )
-            if residual is None:
-                return (RMS_BOTH if both else RMS)(
-                    input, weight, global_scale, eps, block_size, scale_format,
-                    is_sf_swizzled_layout, y_out, enable_pdl, *_bias(weight_bias),
-                )
-            return (ADD_BOTH if both else ADD)(
-                input, residual, weight, global_scale, eps, block_size, scale_format,
-                is_sf_swizzled_layout, y_out, enable_pdl, *_bias(weight_bias),
-            )
-        swizzled = both or bool(is_sf_swizzled_layout)
-        if y_fp4 is None or block_scale is None or (both and block_scale_unswizzled is None):
-            block = block_size if block_size in (16, 32) else 16
-            q_shape, s_shape, u_shape = output_shapes(input, block, swizzled, both)
-            sdt = _preallocated_scale_dtype(block, scale_format)
-            if y_fp4 is None:
-                y_fp4 = torch.empty(q_shape, dtype=torch.float4_e2m1fn_x2, device=input.device)
-            if block_scale is None:
-                block_scale = torch.empty(s_shape, dtype=sdt, device=input.device)
-            if both and block_scale_unswizzled is None:
-                block_scale_unswizzled = torch.empty(u_shape, dtype=sdt, device=input.device)
-        unswizzled = block_scale_unswizzled if both else None
-        if inputs is not None:
-            ALLREDUCE_OUT(
-                inputs, residual, weight, y_fp4, block_scale, unswizzled, global_scale, eps,
-                block_size, scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
-            )
-        elif residual is None:
-            RMS_OUT(
-                input, weight, y_fp4, block_scale, unswizzled, global_scale, eps, block_size,
-                scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
-            )
-        else:
-            ADD_OUT(
-                input, residual, weight, y_fp4, block_scale, unswizzled, global_scale, eps,
-                block_size, scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
-            )
+        return _operator_call(
+            input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
+            scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
+            block_scale_unswizzled, enable_pdl, y_out, weight_bias, inputs,
+        )
     except RuntimeError as e:
         raise translate(e) from None
+
+
+def _operator_call(
+    input: Tensor,
+    residual: Optional[Tensor],
+    weight: Any,
+    y_fp4: Any,
+    block_scale: Any,
+    global_scale: Any,
+    eps: Any,
+    block_size: Any,
+    scale_format: Any,
+    is_sf_swizzled_layout: Any,
+    output_both_sf_layouts: Any,
+    block_scale_unswizzled: Any,
+    enable_pdl: Any,
+    y_out: Any,
+    weight_bias: Any,
+    inputs: Optional[list],
+) -> Tuple[Tensor, ...]:
+    """The operator call of :func:`_call_operator`: the functional overload where no
+    output is given, else ``.out`` (a missing output allocated here)."""
+    both = _both_flag(output_both_sf_layouts)
+    if y_fp4 is None and block_scale is None and block_scale_unswizzled is None:
+        if inputs is not None:
+            return (ALLREDUCE_BOTH if both else ALLREDUCE)(
+                inputs, residual, weight, global_scale, eps, block_size, scale_format,
+                is_sf_swizzled_layout, y_out, enable_pdl, *_bias(weight_bias),
+            )
+        if residual is None:
+            return (RMS_BOTH if both else RMS)(
+                input, weight, global_scale, eps, block_size, scale_format,
+                is_sf_swizzled_layout, y_out, enable_pdl, *_bias(weight_bias),
+            )
+        return (ADD_BOTH if both else ADD)(
+            input, residual, weight, global_scale, eps, block_size, scale_format,
+            is_sf_swizzled_layout, y_out, enable_pdl, *_bias(weight_bias),
+        )
+    swizzled = both or bool(is_sf_swizzled_layout)
+    if y_fp4 is None or block_scale is None or (both and block_scale_unswizzled is None):
+        block = block_size if block_size in (16, 32) else 16
+        q_shape, s_shape, u_shape = output_shapes(input, block, swizzled, both)
+        sdt = _preallocated_scale_dtype(block, scale_format)
+        if y_fp4 is None:
+            y_fp4 = torch.empty(q_shape, dtype=torch.float4_e2m1fn_x2, device=input.device)
+        if block_scale is None:
+            block_scale = torch.empty(s_shape, dtype=sdt, device=input.device)
+        if both and block_scale_unswizzled is None:
+            block_scale_unswizzled = torch.empty(u_shape, dtype=sdt, device=input.device)
+    unswizzled = block_scale_unswizzled if both else None
+    if inputs is not None:
+        ALLREDUCE_OUT(
+            inputs, residual, weight, y_fp4, block_scale, unswizzled, global_scale, eps,
+            block_size, scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
+        )
+    elif residual is None:
+        RMS_OUT(
+            input, weight, y_fp4, block_scale, unswizzled, global_scale, eps, block_size,
+            scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
+        )
+    else:
+        ADD_OUT(
+            input, residual, weight, y_fp4, block_scale, unswizzled, global_scale, eps,
+            block_size, scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
+        )
     if both:
         return (y_fp4, block_scale, block_scale_unswizzled)
     return (y_fp4, block_scale)
@@ -850,6 +1251,10 @@ def dequantize(
         scale_format = _fp4_format(scale_format)
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, y_fp4)
+    if _is_compiling():
+        return DEQUANTIZE(
+            y_fp4, block_scale, global_scale, block_size, scale_format, is_sf_swizzled_layout
+        )
     try:
         return DEQUANTIZE(
             y_fp4, block_scale, global_scale, block_size, scale_format, is_sf_swizzled_layout
@@ -877,9 +1282,9 @@ def _run(
     the call goes straight to the CPU or CUDA kernel where nothing else would see it in the
     dispatcher. ``input`` (with ``inputs``, the ranks' of a fused all-reduce) routes it
     (:func:`_route`)."""
+    if _is_compiling():
+        return op(*args)  # no handler around it: see _call_operator
     try:
-        if _is_compiling():
-            return op(*args)
         tensors = tuple(t for t, _ in written if t is not None)
         if _grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
             for t, name in written:

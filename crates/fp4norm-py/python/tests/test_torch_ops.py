@@ -781,3 +781,103 @@ def test_none_for_a_required_tensor_is_named():
             call()
         assert isinstance(fp4norm._ops.translate(info.value), fp4norm.ArgumentTypeError)
     assert torch.equal(r.view(torch.int16), r0.view(torch.int16))
+
+
+# --------------------------------------------------------------------------------------
+# Fake kernels check what needs no data
+# --------------------------------------------------------------------------------------
+
+
+def _fake_bad_calls():
+    """(name, class, message words, call on meta tensors) for rules that need no data."""
+    bf = torch.bfloat16
+
+    def t(*shape, dtype=bf):
+        return torch.empty(*shape, dtype=dtype, device="meta")
+
+    x, r, w = t(5, 64), t(5, 64), t(64)
+    return [
+        ("H not a multiple of the block", fp4norm.ArgumentError, ["H = 65", "block size 16"],
+         lambda: fp4norm.rmsnorm_fp4quant(t(5, 65), t(65))),
+        ("H = 0", fp4norm.ArgumentError, ["H is 0"], lambda: ops.rmsnorm_fp4quant(t(5, 0), t(0))),
+        ("float32 input", fp4norm.ArgumentTypeError, ["input", "float32"],
+         lambda: fp4norm.rmsnorm_fp4quant(t(5, 64, dtype=torch.float32), t(64, dtype=torch.float32))),
+        ("4-D input", fp4norm.ArgumentError, ["2-D"], lambda: ops.rmsnorm_fp4quant(t(1, 1, 5, 64), w)),
+        ("weight dtype", fp4norm.ArgumentTypeError, ["weight", "float16"],
+         lambda: fp4norm.add_rmsnorm_fp4quant(x, r, t(64, dtype=torch.float16))),
+        ("weight shape", fp4norm.ArgumentError, ["weight", "(64,)"], lambda: fp4norm.add_rmsnorm_fp4quant(x, r, t(32))),
+        ("residual shape", fp4norm.ArgumentError, ["residual", "shape"], lambda: fp4norm.add_rmsnorm_fp4quant(x, t(4, 64), w)),
+        ("y_out dtype", fp4norm.ArgumentTypeError, ["y_out"],
+         lambda: fp4norm.rmsnorm_fp4quant(x, w, y_out=t(5, 64, dtype=torch.float16))),
+        ("block_size", fp4norm.ArgumentError, ["block_size = 8"], lambda: ops.rmsnorm_fp4quant(x, w, block_size=8)),
+        ("global_scale dtype", fp4norm.ArgumentTypeError, ["global_scale"],
+         lambda: ops.rmsnorm_fp4quant(x, w, t(1, dtype=torch.float16))),
+        ("y_fp4 dtype", fp4norm.ArgumentTypeError, ["y_fp4"],
+         lambda: fp4norm.rmsnorm_fp4quant(x, w, t(5, 32, dtype=torch.int8), t(5, 4, dtype=torch.uint8))),
+        ("rank input shape", fp4norm.ArgumentError, ["inputs[1]"],
+         lambda: fp4norm.allreduce_add_rmsnorm_fp4quant([x, t(4, 64)], r, w)),
+        ("dequantize H", fp4norm.ArgumentError, ["H = 48"],
+         lambda: fp4norm.dequantize(t(5, 24, dtype=torch.uint8), t(5, 3, dtype=torch.uint8), block_size=32)),
+        ("fp8 group", fp4norm.ArgumentError, ["H = 64", "group size 128"],
+         lambda: fp4norm.rmsnorm_fp8quant(x, w, group=128)),
+        ("fp8 swizzled f32", fp4norm.ArgumentError, ["swizzled"],
+         lambda: fp4norm.add_rmsnorm_fp8quant(x, r, w, group=32, scale_layout="swizzled")),
+        ("fp8 float32 input", fp4norm.ArgumentTypeError, ["input", "float32"],
+         lambda: fp4norm.rmsnorm_fp8quant(t(5, 64, dtype=torch.float32), t(64, dtype=torch.float32))),
+        ("fp8 scales_out dtype", fp4norm.ArgumentTypeError, ["scales_out"],
+         lambda: ops.rmsnorm_fp8quant.out(x, w, t(5, 64, dtype=torch.float8_e4m3fn), t(5, 1, dtype=torch.float16))),
+        ("fp8 static out dtype", fp4norm.ArgumentTypeError, ["out", "bfloat16"],
+         lambda: ops.rmsnorm_quant(t(5, 64), x, w, t(1, dtype=torch.float32))),
+        ("fp8 static scale shape", fp4norm.ArgumentError, ["scale"],
+         lambda: fp4norm.fused_add_rmsnorm_quant(t(5, 64, dtype=torch.float8_e4m3fn), x, r, w, t(2, dtype=torch.float32))),
+        ("fp8 rank dtype", fp4norm.ArgumentTypeError, ["inputs[1]"],
+         lambda: fp4norm.allreduce_add_rmsnorm_fp8quant([x, t(5, 64, dtype=torch.float16)], r, w)),
+    ]
+
+
+FAKE_BAD = _fake_bad_calls()
+
+
+@pytest.mark.parametrize("case", range(len(FAKE_BAD)), ids=[c[0] for c in FAKE_BAD])
+def test_fake_kernels_refuse_what_needs_no_data(case):
+    """Meta (and fake) tensors run the fake kernels: they refuse a call whose dtypes, ranks,
+    hidden size or options are bad, with the kernels' class, rather than predict outputs
+    (an H = 65 call used to give y_fp4 [5, 32])."""
+    name, cls, words, call = FAKE_BAD[case]
+    with pytest.raises(cls) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), (name, str(info.value))
+
+
+def test_bad_calls_fail_when_traced():
+    """Under torch.compile(fullgraph=True) a call the fake kernel refuses fails while
+    tracing (Dynamo's TorchRuntimeError, a RuntimeError naming the fp4norm class and
+    message), before any kernel runs; torch.export raises the fp4norm class itself."""
+    x, r, w = data(5, 65, torch.bfloat16, "cpu")
+    r0 = r.clone()
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, r, w: fp4norm.add_rmsnorm_fp4quant(x, r, w), fullgraph=True)
+    with pytest.raises(RuntimeError) as info:
+        f(x, r, w)
+    assert isinstance(info.value, torch._dynamo.exc.TorchRuntimeError), type(info.value)
+    assert "ArgumentError" in str(info.value) and "H = 65" in str(info.value)
+    assert torch.equal(r.view(torch.int16), r0.view(torch.int16))
+    torch._dynamo.reset()
+    g = torch.compile(lambda x, w: fp4norm.rmsnorm_fp8quant(x, w, group=32), fullgraph=True, dynamic=True)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match="group size 32"):
+        g(x, w)
+
+    class Norm(torch.nn.Module):
+        def forward(self, x, w):
+            return fp4norm.rmsnorm_fp4quant(x, w)
+
+    with pytest.raises(fp4norm.ArgumentError, match="H = 65"):
+        torch.export.export(Norm(), (x, w))
+    with pytest.raises(fp4norm.ArgumentTypeError, match="input has dtype float32"):
+        torch.export.export(Norm(), (x.float(), w.float()))
+    # A good call still exports, and its outputs are the eager ones.
+    x64, _, w64 = data(5, 64, torch.bfloat16, "cpu")
+    exported = torch.export.export(Norm(), (x64, w64))
+    for a, b in zip(exported.module()(x64, w64), fp4norm.rmsnorm_fp4quant(x64, w64)):
+        assert torch.equal(raw_t(a), raw_t(b))
