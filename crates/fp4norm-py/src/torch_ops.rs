@@ -1179,10 +1179,18 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
     match place {
         // SAFETY: every address and extent comes from a live CPU tensor of this call (the
         // ranks' inputs too); run_host validates the call before touching them.
+        Place::Cpu if rank_rows.is_empty() => unsafe { run_host(&call, HostEngine::Cpu)? },
+        // SAFETY: as above; the ranks' inputs are read (summed) only once the call is
+        // validated and none of them overlaps a buffer it writes.
         Place::Cpu => unsafe {
-            on_host_sum(dtype, x_rows, &rank_rows, |x| {
-                run_host(&RawCall { x, ..call }, HostEngine::Cpu)
-            })?
+            call.validate()
+                .and_then(|c| check_rank_overlaps(&c.ranges, dtype, &rank_rows))
+                .and_then(|()| {
+                    on_host_sum(dtype, x_rows, &rank_rows, |x| {
+                        run_host(&RawCall { x, ..call }, HostEngine::Cpu)
+                    })
+                })
+                .map_err(with_rank0_name)?
         },
         Place::Cuda(index) => launch_cuda(index, args.enable_pdl, |gpu, stream, opts| {
             // SAFETY: live CUDA tensors of device `index` (their metadata says so) and
@@ -1192,6 +1200,7 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
                     gpu.launch_raw_with(stream, &call, opts)
                 } else {
                     gpu.launch_allreduce_raw(stream, &call, &rank_rows, opts)
+                        .map_err(with_rank0_name)
                 }
             }
         })?,
@@ -1248,6 +1257,54 @@ fn rank_rows(place: Place, x: &Meta, ranks: &[Tensor]) -> Result<Vec<RawMat>, Fa
         .zip(fp4norm::raw::RANK_INPUT_NAMES)
         .map(|(r, name)| rows_like(name, r, place, x, rule))
         .collect()
+}
+
+/// SPEC.md §9 on the host, with the GPU's rule: the ranks' inputs after the first are read
+/// while the call writes its outputs, so none may overlap a buffer the call writes
+/// (`ranges`, what the call's validator found, rank 0's input among them). Checked before
+/// the ranks are summed, since the host backends then see only the sum.
+fn check_rank_overlaps(
+    ranges: &[fp4norm::raw::Range],
+    dtype: DType,
+    ranks: &[RawMat],
+) -> Result<(), Error> {
+    for (x, name) in ranks.iter().zip(fp4norm::raw::RANK_INPUT_NAMES) {
+        let bytes = x.extent(name)?.saturating_mul(dtype.size()) as u64;
+        if bytes == 0 {
+            continue;
+        }
+        let end = x.ptr.saturating_add(bytes);
+        if let Some(w) = ranges
+            .iter()
+            .find(|w| w.written && w.start < end && x.ptr < w.end)
+        {
+            return Err(Error::Overlap { a: w.name, b: name });
+        }
+    }
+    Ok(())
+}
+
+/// An error of a fused all-reduce's validator with rank 0's input named as the operator's
+/// argument is, `inputs[0]` (the validator calls it `input`).
+fn with_rank0_name(e: Error) -> Error {
+    let rename = |n: &'static str| if n == "input" { "inputs[0]" } else { n };
+    match e {
+        Error::Overlap { a, b } => Error::Overlap {
+            a: rename(a),
+            b: rename(b),
+        },
+        Error::Misaligned {
+            name,
+            address,
+            required,
+        } => Error::Misaligned {
+            name: rename(name),
+            address,
+            required,
+        },
+        Error::NullPointer { name } => Error::NullPointer { name: rename(name) },
+        other => other,
+    }
 }
 
 /// Runs `op` on the host over the call's input rows: `x` itself, or, with other ranks'
@@ -1754,12 +1811,21 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
     match place {
         // SAFETY: every address and extent comes from a live CPU tensor of this call (the
         // ranks' inputs too); run_host_fp8 validates the call before touching them.
+        Place::Cpu if rank_rows.is_empty() => unsafe {
+            run_host_fp8(&call, HostEngine::Cpu).map_err(args::with_py_names)?
+        },
+        // SAFETY: as above; the ranks' inputs are read (summed) only once the call is
+        // validated and none of them overlaps a buffer it writes.
         Place::Cpu => unsafe {
-            on_host_sum(dtype, x_rows, &rank_rows, |x| {
-                run_host_fp8(&RawFp8Call { x, ..call }, HostEngine::Cpu)
-            })
-        }
-        .map_err(args::with_py_names)?,
+            call.validate()
+                .and_then(|c| check_rank_overlaps(&c.ranges, dtype, &rank_rows))
+                .and_then(|()| {
+                    on_host_sum(dtype, x_rows, &rank_rows, |x| {
+                        run_host_fp8(&RawFp8Call { x, ..call }, HostEngine::Cpu)
+                    })
+                })
+                .map_err(|e| args::with_py_names(with_rank0_name(e)))?
+        },
         Place::Cuda(index) => launch_cuda(index, a.enable_pdl, |gpu, stream, opts| {
             // SAFETY: live CUDA tensors of device `index` (their metadata says so, the ranks'
             // inputs too) and PyTorch's current stream of that device; validated (every
@@ -1769,6 +1835,7 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
                     gpu.launch_fp8_raw(stream, &call, opts)
                 } else {
                     gpu.launch_fp8_allreduce_raw(stream, &call, &rank_rows, opts)
+                        .map_err(with_rank0_name)
                 }
             }
             .map_err(args::with_py_names)

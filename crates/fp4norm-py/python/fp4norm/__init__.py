@@ -353,7 +353,10 @@ def allreduce_add_rmsnorm_fp4quant(
     )
     if isinstance(first, _Tensor):
         return _torch_ops.allreduce(inputs, *args)
-    return _api.fused(_api.allreduce_sum(inputs), *args)
+    written = _api.fp4_written(
+        residual, y_fp4, block_scale, output_both_sf_layouts, block_scale_unswizzled, y_out
+    )
+    return _api.fused(_api.allreduce_sum(inputs, written), *args)
 
 
 def dequantize(
@@ -734,8 +737,12 @@ def allreduce_add_rmsnorm_fp8quant(
         return _torch_ops.quant(
             tensors[0], residual, weight, out, scales_out, eps, inputs=tensors, **options
         )
+    written = (
+        (out, "out"), (scales_out, "scales_out"), (residual, "residual"),
+        (options.get("y_out"), "y_out"),
+    )
     return add_rmsnorm_fp8quant(
-        _api.allreduce_sum(inputs), residual, weight, out, scales_out, eps, **options
+        _api.allreduce_sum(inputs, written), residual, weight, out, scales_out, eps, **options
     )
 
 
@@ -774,9 +781,10 @@ def allreduce_fused_add_rmsnorm_quant(
             inputs=tensors,
         )
         return None
+    written = ((out, "out"), (residual, "residual"), (y_out, "y_out"))
     return fused_add_rmsnorm_quant(
-        out, _api.allreduce_sum(inputs), residual, weight, scale, eps, enable_pdl, y_out=y_out,
-        weight_bias=weight_bias,
+        out, _api.allreduce_sum(inputs, written), residual, weight, scale, eps, enable_pdl,
+        y_out=y_out, weight_bias=weight_bias,
     )
 
 

@@ -1065,6 +1065,17 @@ def _rank_rows(x: _View, a: Any, k: int) -> Tuple[int, int, int, int]:
     return v.rows()
 
 
+def fp4_written(
+    residual: Any, y_fp4: Any, block_scale: Any, both: Any, unswizzled: Any, y_out: Any
+) -> Tuple[Tuple[Any, str], ...]:
+    """The buffers an FP4 call writes, with their names (:func:`allreduce_sum`)."""
+    return (
+        (residual, "residual"), (y_out, "y_out"), (y_fp4, "y_fp4"),
+        (block_scale, "block_scale"),
+        (unswizzled if both is True else None, "block_scale_unswizzled"),
+    )
+
+
 def rank_inputs(inputs: Any, most: Optional[int] = None) -> Tuple[Any, ...]:
     """``inputs`` (the ranks' arrays of an all-reduce, rank order), checked to be a
     non-empty list or tuple (of at most ``most``)."""
@@ -1079,10 +1090,48 @@ def rank_inputs(inputs: Any, most: Optional[int] = None) -> Tuple[Any, ...]:
     return tuple(inputs)
 
 
-def allreduce_sum(inputs: Any) -> Any:
+def _byte_range(v: _View) -> Optional[Tuple[int, int]]:
+    """The bytes an array spans, first to one past the last (None without elements)."""
+    if v.numel == 0:
+        return None
+    item = v.obj.dtype.itemsize if v.kind == "numpy" else v.obj.element_size()
+    span = 1 + sum((n - 1) * s for n, s in zip(v.shape, v.strides))
+    return v.ptr, v.ptr + span * item
+
+
+def _refuse_rank_overlaps(views: List[_View], written: Tuple[Tuple[Any, str], ...]) -> None:
+    """A fused all-reduce's rule on every backend (the GPU's): no rank's input may overlap
+    a buffer the call writes. Arguments that are not host arrays are left to the op's own
+    checks."""
+    ranges = []
+    for obj, name in written:
+        if obj is None:
+            continue
+        try:
+            w = _view(obj, name)
+        except (ArgumentError, ArgumentTypeError):
+            continue
+        r = _byte_range(w) if w.device == "cpu" else None
+        if r is not None:
+            ranges.append((name, r))
+    for v in views:
+        r = _byte_range(v)
+        if r is None:
+            continue
+        for name, (start, end) in ranges:
+            if r[0] < end and start < r[1]:
+                raise ArgumentError(
+                    f"{name} and {v.name} overlap in memory: outputs must not alias inputs or "
+                    "each other"
+                )
+
+
+def allreduce_sum(inputs: Any, written: Tuple[Tuple[Any, str], ...] = ()) -> Any:
     """SPEC.md §9's reduction of host arrays: the ranks' inputs summed in rank order (one
     float32 rounding per addition, one rounding to the dtype at the end), as a new array of
-    the first input's kind, dtype and shape."""
+    the first input's kind, dtype and shape. ``written`` pairs the buffers the op on the
+    sum writes with their names: no rank's input may overlap one (refused before summing,
+    as the GPU's one kernel refuses it)."""
     inputs = rank_inputs(inputs)
     views = [_view(a, "inputs[0]" if k == 0 else f"inputs[{k}]") for k, a in enumerate(inputs)]
     first = views[0]
@@ -1102,6 +1151,7 @@ def allreduce_sum(inputs: Any) -> Any:
             raise ArgumentError(
                 f"{v.name} has shape {list(v.shape)} but inputs[0] has shape {list(first.shape)}"
             )
+    _refuse_rank_overlaps(views, written)
     if first.kind == "numpy":
         import numpy as np
 

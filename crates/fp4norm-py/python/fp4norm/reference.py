@@ -106,8 +106,11 @@ def allreduce_add_rmsnorm_fp4quant(
     :func:`add_rmsnorm_fp4quant` on that sum with this rank's ``residual``, ``weight`` and
     outputs. The contract every transport of the fused all-reduce must match, byte for byte."""
     _api.require_residual(residual, "reference.allreduce_rmsnorm_fp4quant")
+    written = _api.fp4_written(
+        residual, y_fp4, block_scale, output_both_sf_layouts, block_scale_unswizzled, y_out
+    )
     return add_rmsnorm_fp4quant(
-        _api.allreduce_sum(inputs), residual, weight, y_fp4, block_scale, global_scale, eps,
+        _api.allreduce_sum(inputs, written), residual, weight, y_fp4, block_scale, global_scale, eps,
         block_size, scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
         block_scale_unswizzled, y_out=y_out, weight_bias=weight_bias,
     )
@@ -131,8 +134,11 @@ def allreduce_rmsnorm_fp4quant(
 ) -> Tuple[Array, ...]:
     """:func:`allreduce_add_rmsnorm_fp4quant` without a residual (``rmsnorm_fp4quant`` on
     the sum)."""
+    written = _api.fp4_written(
+        None, y_fp4, block_scale, output_both_sf_layouts, block_scale_unswizzled, y_out
+    )
     return rmsnorm_fp4quant(
-        _api.allreduce_sum(inputs), weight, y_fp4, block_scale, global_scale, eps, block_size,
+        _api.allreduce_sum(inputs, written), weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts=output_both_sf_layouts,
         block_scale_unswizzled=block_scale_unswizzled, y_out=y_out, weight_bias=weight_bias,
     )
@@ -252,8 +258,12 @@ def allreduce_add_rmsnorm_fp8quant(
     ``eps`` and the keyword-only ``options`` are its. The contract every transport of the
     fused all-reduce must match, byte for byte."""
     _api.require_residual(residual)
+    written = (
+        (out, "out"), (scales_out, "scales_out"), (residual, "residual"),
+        (options.get("y_out"), "y_out"),
+    )
     return add_rmsnorm_fp8quant(
-        _api.allreduce_sum(inputs), residual, weight, out, scales_out, eps, **options
+        _api.allreduce_sum(inputs, written), residual, weight, out, scales_out, eps, **options
     )
 
 
@@ -264,7 +274,8 @@ def allreduce_fused_add_rmsnorm_quant(
     """:func:`allreduce_add_rmsnorm_fp8quant` for FlashInfer's per-tensor static scale:
     :func:`fused_add_rmsnorm_quant` on the ranks' sum (SPEC.md §9)."""
     _api.require_residual(residual)
+    written = ((out, "out"), (residual, "residual"), (y_out, "y_out"))
     fused_add_rmsnorm_quant(
-        out, _api.allreduce_sum(inputs), residual, weight, scale, eps, y_out=y_out,
+        out, _api.allreduce_sum(inputs, written), residual, weight, scale, eps, y_out=y_out,
         weight_bias=weight_bias,
     )

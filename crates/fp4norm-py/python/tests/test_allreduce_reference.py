@@ -80,3 +80,90 @@ def test_op_on_host_arrays_is_the_reference(w):
     assert same_bytes(r1, r2)
     with pytest.raises(fp4norm.ArgumentError, match="1 to 8"):
         fp4norm.allreduce_add_rmsnorm_fp4quant(ranks * 9, r1, weight)
+
+
+def _rank_alias_cases(kind):
+    """(description, written name, rank name, call) for rank inputs that overlap a buffer
+    the call writes, on host arrays (``kind`` "numpy" or "torch" CPU tensors)."""
+    dt = np_dtype("bf16")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 64)).astype(dt)
+    r = rng.standard_normal((4, 64)).astype(dt)
+    w = np.ones(64, dt)
+    big = rng.standard_normal((6, 64)).astype(dt)  # residual = big[:4], a rank = big[2:]
+    y = np.zeros((4, 64), dt)
+    q8 = np.zeros((4, 64), np.uint8)
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+
+        def t(a):
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == dt else torch.from_numpy(a)
+
+        x, r, w, big, y = map(t, (x, r, w, big, y))
+        q8 = torch.from_numpy(q8).view(torch.float8_e4m3fn)
+    else:
+        q8 = q8.view(fp4norm._api._np_fp8("e4m3"))
+    ref = reference
+    return [
+        ("fp4 inputs[1] is residual", "residual", "inputs[1]",
+         lambda: fp4norm.allreduce_add_rmsnorm_fp4quant([x, r], r, w), (r,)),
+        ("fp4 inputs[0] is residual", "residual", "inputs[0]",
+         lambda: fp4norm.allreduce_add_rmsnorm_fp4quant([r, x], r, w), (r,)),
+        ("fp4 inputs[1] is y_out", "y_out", "inputs[1]",
+         lambda: fp4norm.allreduce_add_rmsnorm_fp4quant([x, y], r, w, y_out=y), (r, y)),
+        ("fp4 inputs[1] overlaps the residual's rows", "residual", "inputs[1]",
+         lambda: fp4norm.allreduce_add_rmsnorm_fp4quant([x, big[2:]], big[:4], w), (big,)),
+        ("fp4 reference", "residual", "inputs[1]",
+         lambda: ref.allreduce_add_rmsnorm_fp4quant([x, r], r, w), (r,)),
+        ("fp4 reference without residual, y_out", "y_out", "inputs[1]",
+         lambda: ref.allreduce_rmsnorm_fp4quant([x, y], w, y_out=y), (y,)),
+        ("fp8 inputs[1] is residual", "residual", "inputs[1]",
+         lambda: fp4norm.allreduce_add_rmsnorm_fp8quant([x, r], r, w), (r,)),
+        ("fp8 reference inputs[1] is y_out", "y_out", "inputs[1]",
+         lambda: ref.allreduce_add_rmsnorm_fp8quant([x, y], r, w, y_out=y), (r, y)),
+        ("fp8 static inputs[1] is residual", "residual", "inputs[1]",
+         lambda: fp4norm.allreduce_fused_add_rmsnorm_quant(q8, [x, r], r, w, 1.0), (r, q8)),
+        ("fp8 static reference", "residual", "inputs[1]",
+         lambda: ref.allreduce_fused_add_rmsnorm_quant(q8, [x, r], r, w, 1.0), (r, q8)),
+    ]
+
+
+def _snapshot(arrays):
+    return [bytes(np.asarray(a.view(np.uint8) if isinstance(a, np.ndarray) else a.view(__import__("torch").uint8).numpy())) for a in arrays]
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_rank_input_overlapping_a_written_buffer_is_refused(kind):
+    """On the host, as on the GPU, a rank's input may not overlap a buffer the call writes
+    (the residual, y_out, the outputs): the host path used to sum the ranks into a fresh
+    buffer first and accept it. Refused before anything is written, naming both."""
+    for desc, written, rank, call, watched in _rank_alias_cases(kind):
+        before = _snapshot(watched)
+        with pytest.raises(fp4norm.ArgumentError, match="overlap") as info:
+            call()
+        msg = str(info.value)
+        assert written in msg and rank in msg, (desc, msg)
+        assert _snapshot(watched) == before, desc
+
+
+def test_rank_input_overlap_through_the_operators():
+    torch = pytest.importorskip("torch")
+    ops = torch.ops.fp4norm
+    x = torch.randn(4, 64).to(torch.bfloat16)
+    r = torch.randn(4, 64).to(torch.bfloat16)
+    w = torch.ones(64, dtype=torch.bfloat16)
+    r0 = r.clone()
+    for call in (
+        lambda: ops.allreduce_add_rmsnorm_fp4quant([x, r], r, w),
+        lambda: ops.allreduce_add_rmsnorm_fp8quant([x, r], r, w),
+        lambda: ops.allreduce_fused_add_rmsnorm_quant(torch.empty(4, 64, dtype=torch.float8_e4m3fn), [x, r], r, w, torch.ones(1)),
+    ):
+        with pytest.raises(RuntimeError, match=r"fp4norm.ArgumentError: residual and inputs\[1\] overlap"):
+            call()
+    assert torch.equal(r.view(torch.int16), r0.view(torch.int16))
+    # Read-only rank inputs may alias each other (and rank 0's): the reference's bytes.
+    r1, r2 = r.clone(), r.clone()
+    got = fp4norm.allreduce_add_rmsnorm_fp4quant([x, x], r1, w)
+    want = reference.allreduce_add_rmsnorm_fp4quant([x, x.clone()], r2, w)
+    assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(got, want))
+    assert torch.equal(r1.view(torch.int16), r2.view(torch.int16))
