@@ -75,6 +75,16 @@ def _np_fp8(code: str) -> Any:
     return {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}.get(code)
 
 
+def inference_message(name: str) -> str:
+    """Why an inference tensor is not written outside inference mode (PyTorch's rule)."""
+    return (
+        f"{name} is an inference tensor (made under torch.inference_mode()) and fp4norm writes "
+        "it in place, which outside inference mode PyTorch refuses (\"Inplace update to "
+        "inference tensor outside InferenceMode is not allowed\"): make the call under "
+        "torch.inference_mode(), or pass a clone"
+    )
+
+
 class _View:
     """One array argument: where it lives, its address, shape, strides (in elements)."""
 
@@ -89,6 +99,7 @@ class _View:
         "dt",
         "contiguous",
         "writeable",
+        "inference",
     )
 
     def __init__(self, obj: Any, name: str) -> None:
@@ -124,6 +135,8 @@ class _View:
         self.dt = _torch_dtype_codes(torch).get(t.dtype, str(t.dtype).replace("torch.", ""))
         self.contiguous = bool(t.is_contiguous())
         self.writeable = True
+        # PyTorch's rule for in-place writes: an inference tensor only in inference mode.
+        self.inference = bool(t.is_inference()) and not torch.is_inference_mode_enabled()
         numel = int(t.numel())
         if numel > 0 and hasattr(t, "untyped_storage"):  # torch >= 2.0
             # A tensor whose storage was freed or shrunk (`untyped_storage().resize_(..)`,
@@ -172,6 +185,7 @@ class _View:
         self.strides = tuple(strides)
         self.contiguous = bool(a.flags.c_contiguous)
         self.writeable = bool(a.flags.writeable)
+        self.inference = False
 
     @property
     def ndim(self) -> int:
@@ -204,6 +218,8 @@ class _View:
             )
 
     def need_writeable(self) -> None:
+        if self.inference:
+            raise ArgumentError(inference_message(self.name))
         if not self.writeable:
             raise ArgumentError(f"{self.name} is read-only: fp4norm writes it in place")
 

@@ -202,6 +202,14 @@ def refuse_if_requires_grad(t: Tensor, op_name: str, arg: str) -> None:
         )
 
 
+def refuse_inference(written: Any) -> None:
+    """Outside inference mode, refuses to write an inference tensor, as PyTorch's own
+    in-place ops do (``written`` pairs tensors with their argument names)."""
+    for t, name in written:
+        if isinstance(t, Tensor) and t.is_inference():
+            raise ArgumentError(_api.inference_message(name))
+
+
 def _autograd_kernel(op: Any) -> Any:
     """The Autograd kernel of a mutating operator: refuses to write a tensor that requires
     grad (a leaf as torch's own in-place ops refuse it), runs the operator below autograd
@@ -223,6 +231,11 @@ def _autograd_kernel(op: Any) -> Any:
         if torch.is_grad_enabled():
             for t, arg in tensors:
                 refuse_if_requires_grad(t, name, arg)
+        if not torch.is_inference_mode_enabled():
+            try:
+                refuse_inference(tensors)
+            except ArgumentError as e:  # torch.ops' convention: the class in the message
+                raise RuntimeError(f"fp4norm.ArgumentError: {e}") from None
         out = op.redispatch(keyset & below, *args, **kwargs)
         torch.autograd.graph.increment_version([t for t, _ in tensors])
         return out
@@ -986,6 +999,9 @@ def _operator_call(
 
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_inference_mode = torch.is_inference_mode_enabled
+_is_inference = Tensor.is_inference
+
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 
 def _native_increment_version() -> Any:
@@ -1091,6 +1107,22 @@ def fused(
         or getattr(unswizzled, "requires_grad", False)
     ):
         _refuse_written(residual, y_out, y_fp4, block_scale, unswizzled)
+    if not _inference_mode():
+        try:
+            written_inference = (
+                (residual is not None and _is_inference(residual))
+                or (y_out is not None and _is_inference(y_out))
+                or (y_fp4 is not None and _is_inference(y_fp4))
+                or (block_scale is not None and _is_inference(block_scale))
+                or (unswizzled is not None and _is_inference(unswizzled))
+            )
+        except TypeError:  # not a tensor: the operator's argument parser names it
+            written_inference = False
+        if written_inference:
+            refuse_inference((
+                (residual, "residual"), (y_out, "y_out"), (y_fp4, "y_fp4"),
+                (block_scale, "block_scale"), (unswizzled, "block_scale_unswizzled"),
+            ))
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, input)
     if y_fp4 is None and block_scale is None and block_scale_unswizzled is None:
@@ -1290,6 +1322,8 @@ def _run(
             for t, name in written:
                 if isinstance(t, Tensor):
                     refuse_if_requires_grad(t, op._schema.name, name)
+        if not _inference_mode():
+            refuse_inference(written)
         keys = _backend_keys(_route(input, inputs), args)
         if keys is not None:
             result = op._handle.redispatch_boxed(keys, *args)

@@ -881,3 +881,63 @@ def test_bad_calls_fail_when_traced():
     exported = torch.export.export(Norm(), (x64, w64))
     for a, b in zip(exported.module()(x64, w64), fp4norm.rmsnorm_fp4quant(x64, w64)):
         assert torch.equal(raw_t(a), raw_t(b))
+
+
+# --------------------------------------------------------------------------------------
+# Inference tensors are written only in inference mode
+# --------------------------------------------------------------------------------------
+
+
+def test_inference_tensor_is_not_written_outside_inference_mode():
+    """A tensor made under torch.inference_mode() may not be updated in place outside it
+    (PyTorch's own in-place ops refuse); fp4norm's functions and operators used to write
+    it. Refused now, naming it, before anything is written; inside inference mode the call
+    runs and writes the reference's bytes."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    with torch.inference_mode():
+        r_inf = r.clone()
+        y_inf = torch.empty_like(x)
+        q_inf = torch.empty(3, 32, dtype=torch.uint8)
+        s_inf = torch.empty(3, 4, dtype=torch.float8_e4m3fn)
+        out_inf = torch.empty(3, 64, dtype=torch.float8_e4m3fn)
+        x_inf = x.clone()
+        demo = torch.zeros(3)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
+        demo.add_(1)  # (PyTorch refuses it after writing; fp4norm before)
+    before = [t.view(torch.uint8).clone() for t in (r_inf,)]
+    calls = [
+        ("residual", lambda: fp4norm.add_rmsnorm_fp4quant(x, r_inf, w)),
+        ("residual", lambda: fp4norm.add_rmsnorm_fp4quant(x_inf, r_inf, w)),
+        ("y_out", lambda: fp4norm.rmsnorm_fp4quant(x, w, y_out=y_inf)),
+        ("y_fp4", lambda: fp4norm.rmsnorm_fp4quant(x, w, q_inf, torch.empty(3, 4, dtype=torch.float8_e4m3fn))),
+        ("block_scale", lambda: fp4norm.add_rmsnorm_fp4quant(x, r.clone(), w, block_scale=s_inf)),
+        ("residual", lambda: fp4norm.allreduce_add_rmsnorm_fp4quant([x, x], r_inf, w)),
+        ("residual", lambda: fp4norm.add_rmsnorm_fp8quant(x, r_inf, w)),
+        ("out", lambda: fp4norm.rmsnorm_quant(out_inf, x, w, 1.0)),
+        ("residual", lambda: fp4norm.fused_add_rmsnorm_quant(torch.empty(3, 64, dtype=torch.float8_e4m3fn), x, r_inf, w, 1.0)),
+        ("residual", lambda: reference.add_rmsnorm_fp4quant(x, r_inf, w)),
+        ("y_out", lambda: reference.rmsnorm_fp8quant(x, w, y_out=y_inf)),
+    ]
+    for name, call in calls:
+        with pytest.raises(fp4norm.ArgumentError, match=rf"^{name} is an inference tensor"):
+            call()
+    operators = [
+        lambda: ops.add_rmsnorm_fp4quant(x, r_inf, w),
+        lambda: ops.add_rmsnorm_fp4quant(x_inf, r_inf, w),
+        lambda: ops.add_rmsnorm_fp8quant(x, r_inf, w),
+        lambda: ops.allreduce_add_rmsnorm_fp4quant([x, x], r_inf, w),
+    ]
+    for call in operators:
+        with pytest.raises(RuntimeError, match="fp4norm.ArgumentError: residual is an inference tensor") as info:
+            call()
+        assert isinstance(fp4norm._ops.translate(info.value), fp4norm.ArgumentError)
+    assert all(torch.equal(a, t.view(torch.uint8)) for a, t in zip(before, (r_inf,)))
+    # In inference mode: written, the reference's bytes.
+    r_ref = host(r).copy()
+    want = reference.add_rmsnorm_fp4quant(host(x), r_ref, host(w))
+    with torch.inference_mode():
+        got = fp4norm.add_rmsnorm_fp4quant(x, r_inf, w)
+        ops.rmsnorm_fp4quant.out(x, w, q_inf, s_inf)
+    for g, wnt in zip(got, want):
+        assert np.array_equal(raw(g), wnt.reshape(-1).view(np.uint8))
+    assert np.array_equal(raw(r_inf), r_ref.reshape(-1).view(np.uint8))
