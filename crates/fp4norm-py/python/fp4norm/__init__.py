@@ -836,7 +836,7 @@ def fp8_scale_sizes(
     the scale buffer's length with its padding (f32 values or UE8M0 bytes). Raises
     ValueError for a group, format or layout that ``H`` does not allow."""
     q_len, scales_len, _, _ = _core.fp8_sizes(
-        m, h, _api.fp8_group(group), _api.fp8_name(scale_format, "scale_format", "f32"),
+        _api.count_arg(m, "m"), _api.count_arg(h, "h"), _api.fp8_group(group), _api.fp8_name(scale_format, "scale_format", "f32"),
         _api.fp8_name(scale_layout, "scale_layout", "row-major"),
     )
     return q_len, scales_len
@@ -853,6 +853,7 @@ def cuda_device_info(device: int = 0) -> dict:
     the fast conversions (the conversion self-test passed on this GPU, driver and compiler)
     or the literal SPEC.md encoders (same bytes, slower). Opens the device and, the first
     time on this GPU, driver and compiler, runs the self-test. Needs no torch."""
+    device = _api.count_arg(device, "device")
     fast, reason = _core.cuda_conversion_path(device)
     name, arch, hw = _core.cuda_device_info(device)
     return {
@@ -868,5 +869,6 @@ def scale_sizes(
     m: int, h: int, block_size: int = 16, scale_format: Optional[str] = None
 ) -> Tuple[int, int, int]:
     """Bytes of ``(y_fp4, row-major scales, swizzled scales)`` for ``M`` rows of ``H``."""
+    m, h = _api.count_arg(m, "m"), _api.count_arg(h, "h")
     block_size, fmt = _api._block_and_format(block_size, scale_format)
     return _core.sizes(m, h, block_size, fmt)

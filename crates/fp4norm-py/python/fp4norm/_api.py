@@ -316,6 +316,17 @@ def _scale_dtypes(scale_format: str) -> Tuple[str, ...]:
 # --------------------------------------------------------------------------------------
 
 
+def count_arg(value: Any, name: str) -> int:
+    """A count or index the native layer takes as an unsigned 64-bit int (``m``, ``h``, a
+    device ordinal): an int (NumPy's too), 0 to 2**64 - 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(f"{name} must be a non-negative int, got {type(value).__name__}")
+    v = int(value)
+    if v < 0 or v >= 2**64:
+        raise ArgumentError(f"{name} = {v} is out of range: pass a non-negative int below 2**64")
+    return v
+
+
 def fp4_scale_format(scale_format: Any) -> Optional[str]:
     """An FP4 ``scale_format`` as every path takes it: ``"e4m3"`` or ``"ue8m0"`` in any
     case (returned in lower case), or None (the block size's default). Any other spelling
@@ -694,6 +705,12 @@ def dequantize(
             out_shape = q.shape[:-1] + (h,)
         else:
             out_shape = (m, h)
+        # Before the output is allocated: its M·H floats are then bounded by y_fp4's bytes.
+        if h % 2 or q.numel != m * (h // 2):
+            raise ArgumentError(
+                f"y_fp4 has {q.numel} bytes but M·H/2 = {m * h / 2 if h % 2 else m * h // 2} "
+                f"for M = {m}, H = {h}"
+            )
     block_size, fmt = _block_and_format(block_size, scale_format)
     swizzled = _flag(is_sf_swizzled_layout, "is_sf_swizzled_layout")
     sf = _view(block_scale, "block_scale")
@@ -1034,6 +1051,9 @@ def dequantize_fp8(
                 raise ArgumentTypeError(f"{name} must be a non-negative int, got {value!r}")
         m, h = int(m), int(h)
         out_shape = (m, h)
+        # Before the output is allocated: its M·H floats are then bounded by q's codes.
+        if v.numel != m * h:
+            raise ArgumentError(f"q has {v.numel} codes but M·H = {m * h} for M = {m}, H = {h}")
     per_tensor = isinstance(group, str) and group.strip().lower() == "tensor"
     value = None
     s_buf = None

@@ -548,3 +548,49 @@ def test_residual_none_is_refused_where_the_op_adds_one(kind):
             assert f"{instead} for no residual" in str(info.value), (name, str(info.value))
         assert isinstance(info.value, AssertionError)
     assert np.all(np.asarray(out8.view(np.uint8) if kind == "numpy" else out8.view(torch.uint8)) == 0xAB)
+
+
+# ---------------------------------------------------------------------------------------
+# Counts and indices: fp4norm's classes, naming the argument
+# ---------------------------------------------------------------------------------------
+
+BAD_COUNTS = [
+    ("scale_sizes m negative", fp4norm.ArgumentError, "m", lambda: fp4norm.scale_sizes(-3, 64)),
+    ("scale_sizes h 2**64", fp4norm.ArgumentError, "h", lambda: fp4norm.scale_sizes(3, 2**64)),
+    ("scale_sizes h float", fp4norm.ArgumentTypeError, "h", lambda: fp4norm.scale_sizes(3, 64.0)),
+    ("scale_sizes m bool", fp4norm.ArgumentTypeError, "m", lambda: fp4norm.scale_sizes(True, 64)),
+    ("fp8_scale_sizes m float", fp4norm.ArgumentTypeError, "m", lambda: fp4norm.fp8_scale_sizes(3.0, 64)),
+    ("fp8_scale_sizes h negative", fp4norm.ArgumentError, "h", lambda: fp4norm.fp8_scale_sizes(3, -64)),
+    ("cuda_device_info negative", fp4norm.ArgumentError, "device", lambda: fp4norm.cuda_device_info(-1)),
+    ("cuda_device_info str", fp4norm.ArgumentTypeError, "device", lambda: fp4norm.cuda_device_info("0")),
+]
+
+
+@pytest.mark.parametrize("desc,exc,name,call", BAD_COUNTS, ids=[b[0] for b in BAD_COUNTS])
+def test_bad_counts_raise_fp4norm_errors_naming_the_argument(desc, exc, name, call):
+    """A count or device index that is negative, too large for the native layer or not an
+    int raised OverflowError / TypeError from the binding; now fp4norm's classes."""
+    with pytest.raises(exc) as info:
+        call()
+    assert type(info.value) is exc
+    assert str(info.value).startswith(name + " "), str(info.value)
+    # Numpy integers are ints.
+    assert fp4norm.scale_sizes(np.int64(3), np.int32(64)) == fp4norm.scale_sizes(3, 64)
+
+
+def test_numpy_dequantize_checks_m_and_h_before_allocating():
+    """NumPy dequantize / dequantize_fp8 with m and h that do not fit the input: an
+    ArgumentError naming it, not NumPy's \"array is too big\" or a MemoryError from
+    allocating the output first."""
+    q = np.zeros(32, np.uint8)
+    sf = np.zeros(4, np.uint8)
+    for m, h in ((2**62, 2**62), (2**40, 64), (3, 64)):
+        with pytest.raises(fp4norm.ArgumentError, match="y_fp4 has 32 bytes"):
+            fp4norm.dequantize(q, sf, m=m, h=h)
+    q8 = np.zeros(64, np.uint8)
+    for m, h in ((2**40, 64), (2**62, 2**62), (2, 64)):
+        with pytest.raises(fp4norm.ArgumentError, match="q has 64 codes"):
+            fp4norm.dequantize_fp8(q8, np.ones(1, np.float32), element="e4m3", m=m, h=h)
+    # The right m and h still work (and give the reference's values).
+    assert fp4norm.dequantize(q, sf, m=1, h=64).shape == (1, 64)
+    assert fp4norm.dequantize_fp8(q8, np.ones(1, np.float32), element="e4m3", m=1, h=64).shape == (1, 64)
