@@ -719,11 +719,20 @@ impl Meta {
         true
     }
 
-    /// The tensor as one flat buffer (it must be contiguous).
+    /// An output as one flat buffer (it must be contiguous).
     fn flat(&self) -> Result<RawBuf, Fail> {
+        self.flat_as("written")
+    }
+
+    /// An input read as one flat buffer (it must be contiguous).
+    fn flat_read(&self) -> Result<RawBuf, Fail> {
+        self.flat_as("read")
+    }
+
+    fn flat_as(&self, how: &str) -> Result<RawBuf, Fail> {
         if !self.is_contiguous() {
             return value(format!(
-                "{} must be contiguous (shape {:?}, strides {:?}): it is written as one flat buffer",
+                "{} must be contiguous (shape {:?}, strides {:?}): it is {how} as one flat buffer",
                 self.name,
                 self.shape(),
                 self.stride()
@@ -809,6 +818,38 @@ fn dtype_name(code: Code) -> String {
         .map_or_else(|| format!("(dtype code {code})"), |(_, n)| n.to_string())
 }
 
+/// The name of a `c10::DeviceType` (fixed numbers: serialised by AOTInductor), as
+/// `torch.device` writes it.
+fn device_type_name(code: Code) -> String {
+    const NAMES: [&str; 21] = [
+        "cpu",
+        "cuda",
+        "mkldnn",
+        "opengl",
+        "opencl",
+        "ideep",
+        "hip",
+        "fpga",
+        "maia",
+        "xla",
+        "vulkan",
+        "metal",
+        "xpu",
+        "mps",
+        "meta",
+        "hpu",
+        "ve",
+        "lazy",
+        "ipu",
+        "mtia",
+        "privateuseone",
+    ];
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .map_or_else(|| format!("of type code {code}"), |n| n.to_string())
+}
+
 /// Where a call runs: the input's device.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Place {
@@ -825,8 +866,9 @@ impl Place {
             Ok(Place::Cuda(m.device_index.max(0)))
         } else {
             value(format!(
-                "{} is on a device of type code {}: fp4norm runs on CPU and CUDA tensors only",
-                m.name, m.device_type
+                "{} is on device {}: fp4norm runs on CPU and CUDA tensors only",
+                m.name,
+                device_type_name(m.device_type)
             ))
         }
     }
@@ -1090,7 +1132,7 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
                     meta.shape()
                 ));
             }
-            let buf = meta.flat()?;
+            let buf = meta.flat_read()?;
             RawGlobalScale::from_count(buf.ptr, n)
         }
         None => RawGlobalScale::None,
@@ -1553,13 +1595,13 @@ fn dequantize(
     if q.dim < 1 {
         return value("y_fp4 must have a last dimension of H/2 bytes".into());
     }
-    let q_buf = q.flat()?;
+    let q_buf = q.flat_read()?;
     let h = 2 * q.sizes[q.dim - 1] as usize;
     let m: usize = q.shape()[..q.dim - 1].iter().map(|&s| s as usize).product();
     let sf = Meta::read("block_scale", sf_t)?;
     place.check(&sf, &q)?;
     sf.need_dtype(&c.scale_dtypes(opts.format.scale))?;
-    let sf_buf = sf.flat()?;
+    let sf_buf = sf.flat_read()?;
     let global_scale = match gs_t {
         Some(g) => {
             let meta = Meta::read("global_scale", g)?;
@@ -1572,7 +1614,7 @@ fn dequantize(
                     meta.shape()
                 ));
             }
-            RawGlobalScale::from_count(meta.flat()?.ptr, n)
+            RawGlobalScale::from_count(meta.flat_read()?.ptr, n)
         }
         None => RawGlobalScale::None,
     };
@@ -1743,7 +1785,7 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
                 ));
             }
             let options = args::per_tensor_options(element, 1.0, a.eps, a.weight_bias)?;
-            (options, Some(sc.flat()?))
+            (options, Some(sc.flat_read()?))
         }
     };
     // Shapes and options are checked before any output exists.

@@ -941,3 +941,20 @@ def test_inference_tensor_is_not_written_outside_inference_mode():
     for g, wnt in zip(got, want):
         assert np.array_equal(raw(g), wnt.reshape(-1).view(np.uint8))
     assert np.array_equal(raw(r_inf), r_ref.reshape(-1).view(np.uint8))
+
+
+def test_device_and_layout_messages_say_what_they_mean():
+    """A tensor on a device fp4norm has no kernel for is named with the device's name
+    (not a type code); a buffer fp4norm reads as one block says it is read, an output that
+    it is written."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    with pytest.raises(fp4norm.ArgumentError, match=r"^weight is on device meta: fp4norm runs on CPU and CUDA"):
+        fp4norm.add_rmsnorm_fp4quant(x, r.clone(), w.to("meta"))
+    with pytest.raises(fp4norm.ArgumentError, match=r"^global_scale must be contiguous .*: it is read as one flat buffer"):
+        fp4norm.rmsnorm_fp4quant(x, w, global_scale=torch.ones(6)[::2])
+    q, s = fp4norm.rmsnorm_fp4quant(x, w)
+    with pytest.raises(fp4norm.ArgumentError, match=r"^block_scale must be contiguous .*: it is read as one flat buffer"):
+        fp4norm.dequantize(q, torch.zeros(3, 8, dtype=torch.float8_e4m3fn)[:, ::2])
+    with pytest.raises(fp4norm.ArgumentError, match=r"^block_scale must be contiguous .*: it is written as one flat buffer"):
+        fp4norm.rmsnorm_fp4quant(x, w, q, torch.zeros(3, 8, dtype=torch.float8_e4m3fn)[:, ::2])
+
