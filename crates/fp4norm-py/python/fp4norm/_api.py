@@ -316,6 +316,38 @@ def _scale_dtypes(scale_format: str) -> Tuple[str, ...]:
 # --------------------------------------------------------------------------------------
 
 
+def type_name(value: Any) -> str:
+    """A value's type as a message names it: ``int``, ``numpy.int64``, ``numpy.bool``."""
+    t = type(value)
+    if t.__module__ == "builtins":
+        return t.__name__
+    return f"{t.__module__.split('.')[0]}.{t.__name__}"
+
+
+def flag(value: Any, name: str, optional: bool = False) -> Optional[bool]:
+    """A bool option: a bool or a NumPy bool (None too where ``optional``), nothing else
+    (not an int: a typo'd positional argument must not pass as a flag)."""
+    if value is True or value is False:
+        return value
+    if optional and value is None:
+        return None
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.bool_):
+        return bool(value)
+    raise ArgumentTypeError(
+        f"{name} must be a bool{' or None' if optional else ''}, got {type_name(value)}"
+    )
+
+
+def block_size_arg(block_size: Any) -> int:
+    """``block_size`` as an int (NumPy's too; not a bool): its value is checked later."""
+    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
+        raise ArgumentTypeError(
+            f"block_size must be an int (16 or 32), got {type_name(block_size)}"
+        )
+    return int(block_size)
+
+
 def count_arg(value: Any, name: str) -> int:
     """A count or index the native layer takes as an unsigned 64-bit int (``m``, ``h``, a
     device ordinal): an int (NumPy's too), 0 to 2**64 - 1."""
@@ -345,9 +377,7 @@ def fp4_scale_format(scale_format: Any) -> Optional[str]:
 
 
 def _block_and_format(block_size: Any, scale_format: Any) -> Tuple[int, str]:
-    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
-        raise ArgumentTypeError(f"block_size must be an int (16 or 32), got {type(block_size).__name__}")
-    block_size = int(block_size)
+    block_size = block_size_arg(block_size)
     if block_size not in (16, 32):
         raise ArgumentError(f"block_size = {block_size} is not supported: use 16 (NVFP4) or 32 (MXFP4)")
     fmt = fp4_scale_format(scale_format)
@@ -402,9 +432,7 @@ def _f32(value: float) -> float:
 
 
 def _flag(value: Any, name: str) -> bool:
-    if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
-        raise ArgumentTypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return bool(value)
+    return bool(flag(value, name))
 
 
 def _global_scale(gs: Any, ref: _View, m: int) -> Tuple[Optional[Tuple[int, int]], Any]:
@@ -614,7 +642,8 @@ def fused(
     weight_bias = _weight_bias(weight_bias)
     both = _flag(output_both_sf_layouts, "output_both_sf_layouts")
     swizzled = both or _flag(is_sf_swizzled_layout, "is_sf_swizzled_layout")
-    pdl = True if enable_pdl is None else _flag(enable_pdl, "enable_pdl")
+    pdl = flag(enable_pdl, "enable_pdl", optional=True)
+    pdl = True if pdl is None else pdl
     fp4_len, rm_len, sw_len = _core.sizes(m, h, block_size, fmt)
     lead = x.shape[:-1]
     scale_code = "e4m3" if fmt == "e4m3" else "u8"
@@ -956,7 +985,8 @@ def fused_fp8(
     _, m, h, _ = x_rows
     eps = _eps(eps)
     weight_bias = _weight_bias(weight_bias)
-    pdl = True if enable_pdl is None else _flag(enable_pdl, "enable_pdl")
+    pdl = flag(enable_pdl, "enable_pdl", optional=True)
+    pdl = True if pdl is None else pdl
     out_view = None
     if out is not None:
         out_view = _view(out, "out")

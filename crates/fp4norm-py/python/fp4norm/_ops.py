@@ -869,12 +869,24 @@ def required(value: Any, name: str) -> None:
 
 
 def _both_flag(value: Any) -> bool:
-    """``output_both_sf_layouts``, which picks the operator overload: a bool."""
+    """``output_both_sf_layouts``, which picks the operator overload: a bool (or NumPy's)."""
     if value is True or value is False:
         return value
-    raise ArgumentTypeError(
-        f"output_both_sf_layouts must be a bool, got {type(value).__name__}"
-    )
+    return bool(_api.flag(value, "output_both_sf_layouts"))
+
+
+def _options(block_size: Any, swizzled: Any, enable_pdl: Any) -> Tuple[Any, Any, Any]:
+    """``block_size``, ``is_sf_swizzled_layout`` and ``enable_pdl`` of the FP4 functions
+    where one is not of its plain type: the types the NumPy path takes (an int, not a bool;
+    a bool or NumPy bool; that or None), as the operator takes them. Symbolic values
+    (traced) pass."""
+    if type(block_size) is not int and not isinstance(block_size, torch.SymInt):
+        block_size = _api.block_size_arg(block_size)
+    if swizzled is not False and swizzled is not True and not isinstance(swizzled, torch.SymBool):
+        swizzled = _api.flag(swizzled, "is_sf_swizzled_layout")
+    if enable_pdl is not None and enable_pdl is not True and enable_pdl is not False:
+        enable_pdl = _api.flag(enable_pdl, "enable_pdl", optional=True)
+    return block_size, swizzled, enable_pdl
 
 
 def _bias(weight_bias: Any) -> Tuple[Any, ...]:
@@ -908,6 +920,9 @@ def _call_operator(
     operators."""
     if scale_format is not None:
         scale_format = _fp4_format(scale_format)
+    block_size, is_sf_swizzled_layout, enable_pdl = _options(
+        block_size, is_sf_swizzled_layout, enable_pdl
+    )
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, input)
     if _is_compiling():
@@ -1087,6 +1102,14 @@ def fused(
     per transformer layer, so its Python is kept to a few attribute reads."""
     if weight is None:
         required(weight, "weight")
+    if (
+        type(block_size) is not int
+        or (is_sf_swizzled_layout is not False and is_sf_swizzled_layout is not True)
+        or (enable_pdl is not None and enable_pdl is not True and enable_pdl is not False)
+    ):
+        block_size, is_sf_swizzled_layout, enable_pdl = _options(
+            block_size, is_sf_swizzled_layout, enable_pdl
+        )
     if _is_compiling():
         return _call_operator(
             input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
@@ -1256,6 +1279,7 @@ def dequantize(
 ) -> Tensor:
     """:func:`fp4norm.dequantize` through the operator."""
     required(block_scale, "block_scale")
+    block_size, is_sf_swizzled_layout, _ = _options(block_size, is_sf_swizzled_layout, None)
     if (m is None) != (h is None):
         raise ArgumentError("pass both m and h, or neither (they are then read from y_fp4's shape)")
     if m is not None:
@@ -1370,6 +1394,8 @@ def quant_static(
     ``input`` being the first) the fused all-reduce's operator."""
     required(out, "out")
     required(weight, "weight")
+    if enable_pdl is not None and enable_pdl is not True and enable_pdl is not False:
+        enable_pdl = _api.flag(enable_pdl, "enable_pdl", optional=True)
     scale = _fp8_scale(scale, input)
     tail = (eps, enable_pdl, y_out)
     if element is not None:
@@ -1471,6 +1497,8 @@ def quant(
     :func:`fp4norm.allreduce_add_rmsnorm_fp8quant` passes on by name; with ``inputs``
     (every rank's input, ``input`` being the first) the fused all-reduce's operators."""
     required(weight, "weight")
+    if enable_pdl is not None and enable_pdl is not True and enable_pdl is not False:
+        enable_pdl = _api.flag(enable_pdl, "enable_pdl", optional=True)
     code = _dtype_code(out)
     elem = _api.fp8_element(element, code)
     if _api.fp8_per_tensor(scale, scales_out, group, scale_format, scale_layout, s_min):

@@ -958,3 +958,45 @@ def test_device_and_layout_messages_say_what_they_mean():
     with pytest.raises(fp4norm.ArgumentError, match=r"^block_scale must be contiguous .*: it is written as one flat buffer"):
         fp4norm.rmsnorm_fp4quant(x, w, q, torch.zeros(3, 8, dtype=torch.float8_e4m3fn)[:, ::2])
 
+
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+def test_flags_and_block_size_take_the_same_types_on_every_path(kind):
+    """The bool options (``is_sf_swizzled_layout``, ``output_both_sf_layouts``,
+    ``enable_pdl``) take a bool or a NumPy bool, and nothing else, on torch and on NumPy;
+    ``block_size=True`` is an ArgumentTypeError on both (torch used to read it as 1)."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    if kind == "numpy":
+        x, r, w = host(x), host(r).copy(), host(w)
+    copy = (lambda a: a.copy()) if kind == "numpy" else (lambda a: a.clone())
+    want = reference.add_rmsnorm_fp4quant(host(x) if kind == "torch" else x, host(r).copy() if kind == "torch" else copy(r), host(w) if kind == "torch" else w, output_both_sf_layouts=True)
+    got = fp4norm.add_rmsnorm_fp4quant(x, copy(r), w, output_both_sf_layouts=np.bool_(True), enable_pdl=np.bool_(False))
+    assert len(got) == 3
+    for g, wnt in zip(got, want):
+        assert np.array_equal(raw(g) if kind == "torch" else g.reshape(-1).view(np.uint8), wnt.reshape(-1).view(np.uint8))
+    got = fp4norm.rmsnorm_fp4quant(x, w, is_sf_swizzled_layout=np.bool_(True))
+    assert tuple(got[1].shape) == (512,)
+    q, s = fp4norm.rmsnorm_fp4quant(x, w)
+    assert tuple(fp4norm.dequantize(q, s, is_sf_swizzled_layout=np.bool_(False)).shape) == (3, 64)
+    bad = [
+        ("output_both_sf_layouts", dict(output_both_sf_layouts=1)),
+        ("is_sf_swizzled_layout", dict(is_sf_swizzled_layout=1)),
+        ("is_sf_swizzled_layout", dict(is_sf_swizzled_layout="yes")),
+        ("enable_pdl", dict(enable_pdl=0)),
+        ("block_size", dict(block_size=True)),
+    ]
+    for name, kw in bad:
+        for call in (
+            lambda: fp4norm.add_rmsnorm_fp4quant(x, r, w, **kw),
+            lambda: fp4norm.rmsnorm_fp4quant(x, w, q, s, **kw),
+        ):
+            with pytest.raises(fp4norm.ArgumentTypeError, match=rf"^{name} must be"):
+                call()
+    for kw in (dict(block_size=True), dict(is_sf_swizzled_layout=2)):
+        with pytest.raises(fp4norm.ArgumentTypeError):
+            fp4norm.dequantize(q, s, **kw)
+    with pytest.raises(fp4norm.ArgumentTypeError, match="^enable_pdl must be a bool"):
+        fp4norm.add_rmsnorm_fp8quant(x, r, w, enable_pdl=1)
+    with pytest.raises(fp4norm.ArgumentTypeError, match="^output_both_sf_layouts must be a bool, got int"):
+        fp4norm.add_rmsnorm_fp4quant(x, r, w, output_both_sf_layouts=1)
+    with pytest.raises(fp4norm.ArgumentTypeError, match="^enable_pdl must be a bool or None, got numpy.int64"):
+        fp4norm.add_rmsnorm_fp4quant(x, r, w, enable_pdl=np.int64(1))
