@@ -47,16 +47,18 @@ def add_rmsnorm_fp4quant(
     is_sf_swizzled_layout: bool = False,
     output_both_sf_layouts: bool = False,
     block_scale_unswizzled: Optional[Array] = None,
-    *,
+    enable_pdl: Optional[bool] = None,
     y_out: Optional[Array] = None,
+    *,
     weight_bias: Optional[float] = None,
 ) -> Tuple[Array, ...]:
-    """:func:`fp4norm.add_rmsnorm_fp4quant` through the scalar reference (host arrays)."""
+    """:func:`fp4norm.add_rmsnorm_fp4quant` through the scalar reference (host arrays);
+    ``enable_pdl`` is accepted and ignored."""
     _api.require_residual(residual, "reference.rmsnorm_fp4quant")
     return _api.fused(
         input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
-        None, y_out, weight_bias, backend="reference",
+        enable_pdl, y_out, weight_bias, backend="reference",
     )
 
 
@@ -70,17 +72,19 @@ def rmsnorm_fp4quant(
     block_size: int = 16,
     scale_format: Optional[str] = None,
     is_sf_swizzled_layout: bool = False,
+    enable_pdl: Optional[bool] = None,
     *,
     output_both_sf_layouts: bool = False,
     block_scale_unswizzled: Optional[Array] = None,
     y_out: Optional[Array] = None,
     weight_bias: Optional[float] = None,
 ) -> Tuple[Array, ...]:
-    """:func:`fp4norm.rmsnorm_fp4quant` through the scalar reference (host arrays)."""
+    """:func:`fp4norm.rmsnorm_fp4quant` through the scalar reference (host arrays);
+    ``enable_pdl`` is accepted and ignored."""
     return _api.fused(
         input, None, weight, y_fp4, block_scale, global_scale, eps, block_size,
         scale_format, is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled,
-        None, y_out, weight_bias, backend="reference",
+        enable_pdl, y_out, weight_bias, backend="reference",
     )
 
 
@@ -97,8 +101,9 @@ def allreduce_add_rmsnorm_fp4quant(
     is_sf_swizzled_layout: bool = False,
     output_both_sf_layouts: bool = False,
     block_scale_unswizzled: Optional[Array] = None,
-    *,
+    enable_pdl: Optional[bool] = None,
     y_out: Optional[Array] = None,
+    *,
     weight_bias: Optional[float] = None,
 ) -> Tuple[Array, ...]:
     """SPEC.md §9, tensor parallel: the ranks' ``inputs`` (a list of host arrays, rank
@@ -112,7 +117,7 @@ def allreduce_add_rmsnorm_fp4quant(
     return add_rmsnorm_fp4quant(
         _api.allreduce_sum(inputs, written), residual, weight, y_fp4, block_scale, global_scale, eps,
         block_size, scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
-        block_scale_unswizzled, y_out=y_out, weight_bias=weight_bias,
+        block_scale_unswizzled, enable_pdl, y_out, weight_bias=weight_bias,
     )
 
 
@@ -126,6 +131,7 @@ def allreduce_rmsnorm_fp4quant(
     block_size: int = 16,
     scale_format: Optional[str] = None,
     is_sf_swizzled_layout: bool = False,
+    enable_pdl: Optional[bool] = None,
     *,
     output_both_sf_layouts: bool = False,
     block_scale_unswizzled: Optional[Array] = None,
@@ -139,7 +145,8 @@ def allreduce_rmsnorm_fp4quant(
     )
     return rmsnorm_fp4quant(
         _api.allreduce_sum(inputs, written), weight, y_fp4, block_scale, global_scale, eps, block_size,
-        scale_format, is_sf_swizzled_layout, output_both_sf_layouts=output_both_sf_layouts,
+        scale_format, is_sf_swizzled_layout, enable_pdl,
+        output_both_sf_layouts=output_both_sf_layouts,
         block_scale_unswizzled=block_scale_unswizzled, y_out=y_out, weight_bias=weight_bias,
     )
 
@@ -150,14 +157,16 @@ def rmsnorm_quant(
     weight: Array,
     scale: Union[Array, float],
     eps: float = 1e-6,
+    enable_pdl: Optional[bool] = None,
     *,
     y_out: Optional[Array] = None,
     weight_bias: Optional[float] = None,
 ) -> None:
-    """:func:`fp4norm.rmsnorm_quant` through the scalar reference (host arrays)."""
+    """:func:`fp4norm.rmsnorm_quant` through the scalar reference (host arrays);
+    ``enable_pdl`` is accepted and ignored."""
     _api.fused_fp8(
-        input, None, weight, out, None, scale, None, None, None, None, None, eps, y_out, None,
-        weight_bias, backend="reference", static=True,
+        input, None, weight, out, None, scale, None, None, None, None, None, eps, y_out,
+        enable_pdl, weight_bias, backend="reference", static=True,
     )
 
 
@@ -168,15 +177,17 @@ def fused_add_rmsnorm_quant(
     weight: Array,
     scale: Union[Array, float],
     eps: float = 1e-6,
+    enable_pdl: Optional[bool] = None,
     *,
     y_out: Optional[Array] = None,
     weight_bias: Optional[float] = None,
 ) -> None:
-    """:func:`fp4norm.fused_add_rmsnorm_quant` through the scalar reference (host arrays)."""
+    """:func:`fp4norm.fused_add_rmsnorm_quant` through the scalar reference (host arrays);
+    ``enable_pdl`` is accepted and ignored."""
     _api.require_residual(residual, "reference.rmsnorm_quant")
     _api.fused_fp8(
         input, residual, weight, out, None, scale, None, None, None, None, None, eps, y_out,
-        None, weight_bias, backend="reference", static=True,
+        enable_pdl, weight_bias, backend="reference", static=True,
     )
 
 
@@ -188,14 +199,15 @@ def fused_add_rmsnorm_fp8_block_quant(
     residual: Array,
     weight: Array,
     eps: float = 1e-6,
+    enable_pdl: Optional[bool] = None,
     *,
     weight_bias: Optional[float] = None,
 ) -> None:
     """:func:`fp4norm.fused_add_rmsnorm_fp8_block_quant` through the scalar reference (host
-    arrays)."""
+    arrays); ``enable_pdl`` is accepted and ignored."""
     _api.fp8_block_quant(
         add_rmsnorm_fp8quant, out, block_scale, normed_out, input, residual, weight, eps,
-        weight_bias,
+        weight_bias, enable_pdl=enable_pdl,
     )
 
 
@@ -214,13 +226,15 @@ def add_rmsnorm_fp8quant(
     scale_layout: Optional[str] = None,
     s_min: Optional[float] = None,
     y_out: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
     weight_bias: Optional[float] = None,
 ) -> Tuple[Array, Array]:
-    """:func:`fp4norm.add_rmsnorm_fp8quant` through the scalar reference (host arrays)."""
+    """:func:`fp4norm.add_rmsnorm_fp8quant` through the scalar reference (host arrays);
+    ``enable_pdl`` is accepted and ignored."""
     _api.require_residual(residual, "reference.rmsnorm_fp8quant")
     return _api.fused_fp8(
         input, residual, weight, out, scales_out, scale, element, group, scale_format,
-        scale_layout, s_min, eps, y_out, None, weight_bias, backend="reference",
+        scale_layout, s_min, eps, y_out, enable_pdl, weight_bias, backend="reference",
     )
 
 
@@ -238,12 +252,14 @@ def rmsnorm_fp8quant(
     scale_layout: Optional[str] = None,
     s_min: Optional[float] = None,
     y_out: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
     weight_bias: Optional[float] = None,
 ) -> Tuple[Array, Array]:
-    """:func:`fp4norm.rmsnorm_fp8quant` through the scalar reference (host arrays)."""
+    """:func:`fp4norm.rmsnorm_fp8quant` through the scalar reference (host arrays);
+    ``enable_pdl`` is accepted and ignored."""
     return _api.fused_fp8(
         input, None, weight, out, scales_out, scale, element, group, scale_format,
-        scale_layout, s_min, eps, y_out, None, weight_bias, backend="reference",
+        scale_layout, s_min, eps, y_out, enable_pdl, weight_bias, backend="reference",
     )
 
 
@@ -269,13 +285,14 @@ def allreduce_add_rmsnorm_fp8quant(
 
 def allreduce_fused_add_rmsnorm_quant(
     out: Array, inputs: Any, residual: Array, weight: Array, scale: Union[Array, float],
-    eps: float = 1e-6, *, y_out: Optional[Array] = None, weight_bias: Optional[float] = None,
+    eps: float = 1e-6, enable_pdl: Optional[bool] = None, *, y_out: Optional[Array] = None,
+    weight_bias: Optional[float] = None,
 ) -> None:
     """:func:`allreduce_add_rmsnorm_fp8quant` for FlashInfer's per-tensor static scale:
     :func:`fused_add_rmsnorm_quant` on the ranks' sum (SPEC.md §9)."""
     _api.require_residual(residual)
     written = ((out, "out"), (residual, "residual"), (y_out, "y_out"))
     fused_add_rmsnorm_quant(
-        out, _api.allreduce_sum(inputs, written), residual, weight, scale, eps, y_out=y_out,
-        weight_bias=weight_bias,
+        out, _api.allreduce_sum(inputs, written), residual, weight, scale, eps, enable_pdl,
+        y_out=y_out, weight_bias=weight_bias,
     )

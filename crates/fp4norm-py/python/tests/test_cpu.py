@@ -616,3 +616,41 @@ def test_bad_weight_bias_writes_nothing(bias, exc):
     with pytest.raises(exc, match="weight_bias"):
         fp4norm.add_rmsnorm_fp4quant(x, r, w, q, s, weight_bias=bias)
     assert same_bytes(r, r0) and np.all(q == 0xAB) and np.all(s == 0xAB)
+
+
+REFERENCE_TWINS = [
+    "add_rmsnorm_fp4quant", "rmsnorm_fp4quant", "allreduce_add_rmsnorm_fp4quant",
+    "rmsnorm_quant", "fused_add_rmsnorm_quant", "fused_add_rmsnorm_fp8_block_quant",
+    "add_rmsnorm_fp8quant", "rmsnorm_fp8quant", "allreduce_add_rmsnorm_fp8quant",
+    "allreduce_fused_add_rmsnorm_quant",
+]
+
+
+@pytest.mark.parametrize("name", REFERENCE_TWINS)
+def test_reference_functions_have_the_public_signatures(name):
+    """fp4norm.reference.X takes X's arguments: the same names, order, kinds and defaults
+    (``enable_pdl`` accepted and ignored), so that a call written for one runs on the other
+    (README: "the same signatures")."""
+    import inspect
+
+    pub = inspect.signature(getattr(fp4norm, name))
+    ref = inspect.signature(getattr(reference, name))
+    assert [(p.name, p.kind, p.default) for p in ref.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in pub.parameters.values()
+    ]
+
+
+def test_reference_takes_positional_calls_written_for_the_functions():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 64)).astype(np.float16)
+    r = rng.standard_normal((3, 64)).astype(np.float16)
+    w = np.ones(64, np.float16)
+    e4m3 = ml_dtypes.float8_e4m3fn
+    outs = []
+    for mod in (fp4norm, reference):
+        rr, out, y = r.copy(), np.zeros((3, 64), e4m3), np.zeros((3, 64), np.float16)
+        mod.fused_add_rmsnorm_quant(out, x, rr, w, 1.0, 1e-6, None)
+        q, s = mod.add_rmsnorm_fp4quant(x, rr, w, None, None, None, 1e-6, 16, None, False, False, None, None, y)
+        outs.append((rr, out, y, q, s))
+    for a, b in zip(*outs):
+        assert same_bytes(a, b)
