@@ -218,6 +218,14 @@ class _View:
             )
 
     def need_writeable(self) -> None:
+        if self.kind == "torch" and self.obj.requires_grad:
+            # As the operators' Autograd kernel (and PyTorch's in-place ops), with grad on.
+            import torch
+
+            if torch.is_grad_enabled():
+                from ._ops import refuse_if_requires_grad
+
+                refuse_if_requires_grad(self.obj, "fp4norm", self.name)
         if self.inference:
             raise ArgumentError(inference_message(self.name))
         if not self.writeable:

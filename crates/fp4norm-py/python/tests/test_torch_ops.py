@@ -1000,3 +1000,30 @@ def test_flags_and_block_size_take_the_same_types_on_every_path(kind):
         fp4norm.add_rmsnorm_fp4quant(x, r, w, output_both_sf_layouts=1)
     with pytest.raises(fp4norm.ArgumentTypeError, match="^enable_pdl must be a bool or None, got numpy.int64"):
         fp4norm.add_rmsnorm_fp4quant(x, r, w, enable_pdl=np.int64(1))
+
+
+def test_reference_refuses_to_write_a_tensor_that_requires_grad():
+    """The host path (fp4norm.reference, and the NumPy-style path torch tensors take there)
+    refuses, with grad mode on, to write a tensor that requires grad, as the operators do
+    (it used to write a leaf in place)."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    leaf = r.clone().requires_grad_()
+    before = leaf.detach().clone()
+    out8 = torch.empty(3, 64, dtype=torch.float8_e4m3fn)
+    calls = [
+        lambda: reference.add_rmsnorm_fp4quant(x, leaf, w),
+        lambda: reference.rmsnorm_fp4quant(x, w, y_out=torch.empty_like(x).requires_grad_()),
+        lambda: reference.add_rmsnorm_fp8quant(x, leaf, w),
+        lambda: reference.fused_add_rmsnorm_quant(out8, x, leaf, w, 1.0),
+        lambda: reference.allreduce_add_rmsnorm_fp4quant([x, x], leaf, w),
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place operation"):
+            call()
+    with pytest.raises(RuntimeError, match="not differentiable"):
+        reference.add_rmsnorm_fp4quant(x, leaf * 1, w)
+    assert torch.equal(leaf.detach().view(torch.int16), before.view(torch.int16))
+    with torch.no_grad():  # as PyTorch's own in-place ops: allowed without grad mode
+        reference.add_rmsnorm_fp4quant(x, leaf, w)
+    # A weight that requires grad is only read.
+    reference.add_rmsnorm_fp4quant(x, r.clone(), w.clone().requires_grad_())
