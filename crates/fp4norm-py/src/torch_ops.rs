@@ -1149,17 +1149,30 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
     let mut allocated = None;
     let (y_fp4, block_scale, unswizzled) = match &t.outputs {
         Some((q, s, u)) => {
+            // Shapes where H allows the problem (else its own error follows): `[..., H/2]`
+            // codes and `[..., H/B]` row-major scales; the swizzled scales any shape.
+            let block = opts.format.block.get();
+            let shaped = h > 0 && h % block == 0;
             let q = Meta::read("y_fp4", q)?;
             place.check(&q, &x)?;
             q.need_dtype(&[c.u8, c.fp4x2])?;
+            if shaped {
+                need_row_shape(&q, &x, h / 2)?;
+            }
             let s = Meta::read("block_scale", s)?;
             place.check(&s, &x)?;
             s.need_dtype(scale_codes)?;
+            if shaped && layout == ScaleLayout::RowMajor {
+                need_row_shape(&s, &x, h / block)?;
+            }
             let u = match u {
                 Some(u) => {
                     let u = Meta::read("block_scale_unswizzled", u)?;
                     place.check(&u, &x)?;
                     u.need_dtype(scale_codes)?;
+                    if shaped {
+                        need_row_shape(&u, &x, h / block)?;
+                    }
                     Some(u.flat()?)
                 }
                 None => None,
@@ -1248,6 +1261,43 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
         })?,
     }
     Ok(allocated)
+}
+
+/// Refuses a caller's output laid out in rows (FP4 codes, row-major scales, FP8 codes of
+/// dynamic scales) unless its shape is `[..., last]` with `x`'s leading dimensions, `[M,
+/// last]` (the rows flattened, as FlashInfer views a 3-D call's outputs) or one flat buffer
+/// of `M·last`: a buffer of the right size but another shape (`[32, 3]` for `[3, 32]`) would
+/// be read in another layout than the one written.
+fn need_row_shape(meta: &Meta, x: &Meta, last: usize) -> Result<(), Fail> {
+    let mut want = x.shape()[..x.dim - 1].to_vec();
+    want.push(last as i64);
+    need_shape(meta, &want, true, "")
+}
+
+/// Refuses a caller's output whose shape is not `want`, nor (`rows`) its rows flattened,
+/// nor one flat buffer of its size; `what` names the layout in the message.
+fn need_shape(meta: &Meta, want: &[i64], rows: bool, what: &str) -> Result<(), Fail> {
+    let n: i64 = want.iter().product();
+    let mut ok = vec![want.to_vec()];
+    if rows && want.len() > 2 {
+        ok.push(vec![n / want[want.len() - 1].max(1), want[want.len() - 1]]);
+    }
+    ok.push(vec![n]);
+    if ok.iter().any(|s| s.as_slice() == meta.shape()) {
+        return Ok(());
+    }
+    let names: Vec<String> = ok.iter().map(|s| format!("{s:?}")).collect();
+    let what = if what.is_empty() {
+        String::new()
+    } else {
+        format!(" ({what})")
+    };
+    value(format!(
+        "{} has shape {:?}; expected {}{what}",
+        meta.name,
+        meta.shape(),
+        names.join(" or ")
+    ))
 }
 
 /// Refuses `meta` unless it is on `x`'s device and of its dtype (`rule` says why, in the
@@ -1803,11 +1853,28 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
     let (q, scales) = match out {
         Some(q) => {
             q.need_dtype(&[code_dtype, c.u8])?;
+            // Dynamic scales' outputs have their layout's shape: the codes input's (or
+            // [M, H]), row-major scales `[..., H/G]` (or [M, H/G]), column-major exactly
+            // `[H/G, 4·ceil(M/4)]`, swizzled any. FlashInfer's static `out` is any shape of
+            // M·H codes, as it documents.
+            if t.scales_out.is_some() {
+                need_row_shape(&q, &x, h)?;
+            }
             let scales = match &t.scales_out {
                 Some(s) => {
                     let meta = Meta::read("scales_out", s)?;
                     place.check(&meta, &x)?;
                     meta.need_dtype(scale_dtypes)?;
+                    let n = p.n_groups();
+                    match p.layout() {
+                        Some(Fp8ScaleLayout::RowMajor) => need_row_shape(&meta, &x, n)?,
+                        Some(Fp8ScaleLayout::ColumnMajor) => {
+                            let want = [n as i64, p.scale_rows() as i64];
+                            let what = "the column-major layout [H/G, 4*ceil(M/4)]";
+                            need_shape(&meta, &want, false, what)?
+                        }
+                        _ => {}
+                    }
                     Some(meta.flat()?)
                 }
                 None => None,

@@ -157,12 +157,15 @@ def add_rmsnorm_fp4quant(
             raises ValueError.
         weight: ``[H]``, same dtype, contiguous.
         y_fp4: output, packed FP4 (two values per byte, element 2j in the low nibble):
-            ``[..., H/2]``; allocated if None.
-        block_scale: output scales. Row-major ``[..., H/B]``, or with
-            ``is_sf_swizzled_layout`` (or ``output_both_sf_layouts``) the 128x4 swizzled
-            layout Blackwell block-scaled GEMMs read, a flat buffer of ``Mp*nK*4`` bytes
-            (``Mp = 128*ceil(M/128)``, ``nK = ceil((H/B)/4)``) whose padding is zero.
-            Allocated if None.
+            ``[..., H/2]`` (a given one may also be ``[M, H/2]`` or flat; another shape
+            of that size is refused); allocated if None.
+        block_scale: output scales. Row-major ``[..., H/B]`` (or ``[M, H/B]``, or flat),
+            or with ``is_sf_swizzled_layout`` (or ``output_both_sf_layouts``) the 128x4
+            swizzled layout Blackwell block-scaled GEMMs read, ``Mp*nK*4`` bytes of any
+            shape (``Mp = 128*ceil(M/128)``, ``nK = ceil((H/B)/4)``) whose padding is
+            zero. Allocated if None. On torch a contiguous buffer of another dtype (an
+            int32 one, say) is written through its bytes, as FlashInfer does, and returned
+            as it is.
         global_scale: float32 ``(1,)`` (one scale) or ``(M,)`` (one per row) on the
             input's device, read by the kernel at run time (so a captured CUDA graph sees
             new values on replay); scales are ``RN(global_scale * amax / 6)``, as in

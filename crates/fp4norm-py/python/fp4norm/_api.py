@@ -605,17 +605,42 @@ def _output(
     code: str,
     allowed: Tuple[str, ...],
     typed: bool = False,
+    shaped: Optional[str] = "rows",
 ) -> Tuple[Any, Tuple[int, int]]:
     """An output: allocated like ``x`` where ``obj`` is None (``typed`` as for
     :func:`_empty`), else the caller's, checked (place, dtype, writeable, one flat block) to
-    be written in place."""
+    be written in place, and of the documented shape: ``shaped`` "rows" takes ``shape``
+    (``x``'s leading dimensions, then one), its rows flattened (``[M, last]``) or one flat
+    buffer; "exact" ``shape`` or one flat buffer; None any shape (the swizzled scales,
+    FlashInfer's static ``out``). A buffer of the right size but another shape (``[32, 3]``
+    for ``[3, 32]``) would be read in another layout than the one written."""
     if obj is None:
         obj = _empty(x, shape, code, typed)
+        shaped = None
     v = _view(obj, name)
     v.same_place(x)
     v.need_dtype(allowed)
+    if shaped is not None:
+        what = "the column-major layout [H/G, 4*ceil(M/4)]" if shaped == "exact" else ""
+        need_shape(v.shape, name, tuple(shape), shaped == "rows", what)
     v.need_writeable()
     return obj, v.flat()
+
+
+def need_shape(
+    got: Tuple[int, ...], name: str, shape: Tuple[int, ...], rows: bool, what: str = ""
+) -> None:
+    """Refuses an output whose shape is not ``shape``, nor (``rows``) its rows flattened
+    ``[M, last]``, nor one flat buffer of its size; ``what`` names the layout."""
+    n = math.prod(shape)
+    ok = [shape, (n,)]
+    if rows and len(shape) > 2:
+        ok.insert(1, (math.prod(shape[:-1]), shape[-1]))
+    if tuple(got) not in ok:
+        raise ArgumentError(
+            f"{name} has shape {list(got)}; expected {' or '.join(str(list(s)) for s in ok)}"
+            + (f" ({what})" if what else "")
+        )
 
 
 def fused(
@@ -663,8 +688,8 @@ def fused(
     y_fp4, q_buf = output(y_fp4, "y_fp4", lead + (h // 2,), "fp4x2", ("u8", "fp4x2"))
     row_major_buf = swizzled_buf = None
     if swizzled:
-        block_scale, swizzled_buf = output(
-            block_scale, "block_scale", (sw_len,), scale_code, _scale_dtypes(fmt)
+        block_scale, swizzled_buf = _output(
+            x, block_scale, "block_scale", (sw_len,), scale_code, _scale_dtypes(fmt), shaped=None
         )
         if both:
             block_scale_unswizzled, row_major_buf = output(
@@ -1023,7 +1048,10 @@ def fused_fp8(
     _, scales_len, scale_rows, n_groups = _core.fp8_sizes(
         m, h, None if per_tensor else group_size, fmt, layout
     )
-    out, q_buf = _output(x, out, "out", x.shape, elem, (elem, "u8"), typed=True)
+    out, q_buf = _output(
+        x, out, "out", x.shape, elem, (elem, "u8"), typed=True,
+        shaped=None if per_tensor else "rows",
+    )
     scales_buf = static_buf = value = None
     if per_tensor:
         static_buf, value, scales_out = _fp8_static_scale(scale, x)
@@ -1032,13 +1060,14 @@ def fused_fp8(
         lay = layout.strip().lower().replace("_", "-")
         if lay == "swizzled":
             shape: Tuple[int, ...] = (scales_len,)
+            rule: Optional[str] = None
         elif lay in ("row-major", "row"):
-            shape = x.shape[:-1] + (n_groups,)
+            shape, rule = x.shape[:-1] + (n_groups,), "rows"
         else:
-            shape = (n_groups, scale_rows)
+            shape, rule = (n_groups, scale_rows), "exact"
         scales_out, scales_buf = _output(
             x, scales_out, "scales_out", shape, "f32" if f32 else "u8",
-            ("f32",) if f32 else ("u8", "ue8m0"),
+            ("f32",) if f32 else ("u8", "ue8m0"), shaped=rule,
         )
     y_rows = _y_out_rows(y_out, x)
     be, ordinal, stream = _backend(x, backend)

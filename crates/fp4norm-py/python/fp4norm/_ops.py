@@ -383,19 +383,42 @@ def _fp4_scale_dtypes(block_size: int, scale_format: Optional[str]) -> Tuple[tor
     return (torch.uint8, torch.float8_e8m0fnu)
 
 
-def _check_fp4_outputs(input, y_fp4, block_scale, unswizzled, block_size, scale_format, name="input"):
-    """Preallocated FP4 outputs: their devices and dtypes."""
+def _check_row_shape(t: Tensor, name: str, input: Tensor, last: Any) -> None:
+    """A preallocated output laid out in rows: ``[..., last]`` with ``input``'s leading
+    dimensions, its rows flattened (``[M, last]``) or one flat buffer, as the kernels take
+    it. Traced, the rows of a flattened or flat buffer are not counted (that would compare
+    the token count; the kernel counts them when it runs)."""
+    shape = tuple(t.shape)
+    if len(shape) == 1 or (len(shape) == 2 and input.dim() == 3 and shape[1] == last):
+        return
+    if len(shape) == input.dim() and shape[-1] == last and shape[:-1] == tuple(input.shape[:-1]):
+        return
+    want = list(input.shape[:-1]) + [last]
+    raise ArgumentError(
+        f"{name} has shape {list(shape)}; expected {want}"
+        + (" or its rows flattened" if input.dim() == 3 else "") + " or one flat buffer"
+    )
+
+
+def _check_fp4_outputs(
+    input, y_fp4, block_scale, unswizzled, block_size, scale_format, swizzled, name="input"
+):
+    """Preallocated FP4 outputs: their devices, dtypes and shapes (the swizzled scales may
+    have any)."""
     required(y_fp4, "y_fp4")
     required(block_scale, "block_scale")
     scale_dtypes = _fp4_scale_dtypes(block_size, scale_format)
-    for t, n, allowed in (
-        (y_fp4, "y_fp4", (torch.uint8, torch.float4_e2m1fn_x2)),
-        (block_scale, "block_scale", scale_dtypes),
-        (unswizzled, "block_scale_unswizzled", scale_dtypes),
+    h = input.shape[-1]
+    for t, n, allowed, last in (
+        (y_fp4, "y_fp4", (torch.uint8, torch.float4_e2m1fn_x2), h // 2),
+        (block_scale, "block_scale", scale_dtypes, None if swizzled else h // block_size),
+        (unswizzled, "block_scale_unswizzled", scale_dtypes, h // block_size),
     ):
         if t is not None:
             _same_device(t, n, input, name)
             _need_dtype(t, n, allowed)
+            if last is not None:
+                _check_row_shape(t, n, input, last)
 
 
 def output_shapes(
@@ -471,7 +494,10 @@ def _fake_add_out(
 ):
     required(residual, "residual")
     _check_fp4(input, residual, weight, y_out, global_scale, block_size, scale_format)
-    _check_fp4_outputs(input, y_fp4, block_scale, block_scale_unswizzled, block_size, scale_format)
+    _check_fp4_outputs(
+        input, y_fp4, block_scale, block_scale_unswizzled, block_size, scale_format,
+        is_sf_swizzled_layout or block_scale_unswizzled is not None,
+    )
     return None
 
 
@@ -482,7 +508,10 @@ def _fake_rms_out(
     enable_pdl=None, weight_bias=0.0,
 ):
     _check_fp4(input, None, weight, y_out, global_scale, block_size, scale_format)
-    _check_fp4_outputs(input, y_fp4, block_scale, block_scale_unswizzled, block_size, scale_format)
+    _check_fp4_outputs(
+        input, y_fp4, block_scale, block_scale_unswizzled, block_size, scale_format,
+        is_sf_swizzled_layout or block_scale_unswizzled is not None,
+    )
     return None
 
 
@@ -518,7 +547,8 @@ def _fake_allreduce_out(
     required(residual, "residual")
     _check_fp4(first, residual, weight, y_out, global_scale, block_size, scale_format, ranks, "inputs[0]")
     _check_fp4_outputs(
-        first, y_fp4, block_scale, block_scale_unswizzled, block_size, scale_format, "inputs[0]"
+        first, y_fp4, block_scale, block_scale_unswizzled, block_size, scale_format,
+        is_sf_swizzled_layout or block_scale_unswizzled is not None, "inputs[0]",
     )
     return None
 
@@ -606,10 +636,10 @@ def _fp8_element(element: str) -> str:
 def _check_fp8_dynamic(
     input, residual, weight, y_out, element, group_size, scale_format, scale_layout,
     ranks=(), name="input",
-) -> Tuple[str, str]:
+) -> Tuple[str, str, str]:
     """A dynamic-scale FP8 call's rules that need no data, in the kernels' order: the
     options, the row tensors, H against the group and the layout. Returns
-    ``(element, scale format)``."""
+    ``(element, scale format, layout)``."""
     elem = _fp8_element(element)
     if group_size not in (-1, 32, 64, 128):
         raise ArgumentError(
@@ -642,7 +672,7 @@ def _check_fp8_dynamic(
             f"(got {fmt} scales in groups of {g}): use UE8M0 with G = 32, or the row-major or "
             "column-major layout"
         )
-    return elem, fmt
+    return elem, fmt, layout
 
 
 def _check_fp8_hidden(h: Any) -> None:
@@ -652,17 +682,32 @@ def _check_fp8_hidden(h: Any) -> None:
         )
 
 
-def _check_fp8_outputs(input, out, scales_out, elem, fmt, name="input") -> None:
-    """Preallocated dynamic-scale FP8 outputs: their devices and dtypes."""
+def _check_fp8_outputs(
+    input, out, scales_out, elem, fmt, group_size, layout, name="input"
+) -> None:
+    """Preallocated dynamic-scale FP8 outputs: their devices, dtypes and shapes (codes
+    ``input``'s, scales their layout's; the swizzled ones any)."""
     required(out, "out")
     required(scales_out, "scales_out")
     _same_device(out, "out", input, name)
     _need_dtype(out, "out", (fp8_dtype(elem), torch.uint8))
+    h = input.shape[-1]
+    _check_row_shape(out, "out", input, h)
     _same_device(scales_out, "scales_out", input, name)
     _need_dtype(
         scales_out, "scales_out",
         (torch.uint8, torch.float8_e8m0fnu) if fmt == "ue8m0" else (torch.float32,),
     )
+    n = 1 if group_size == -1 else h // group_size
+    if layout == "row-major":
+        _check_row_shape(scales_out, "scales_out", input, n)
+    elif layout == "column-major":
+        shape = tuple(scales_out.shape)
+        if not (len(shape) == 1 or (len(shape) == 2 and shape[0] == n)):
+            raise ArgumentError(
+                f"scales_out has shape {list(shape)}; expected [{n}, 4*ceil(M/4)] or one flat "
+                "buffer (the column-major layout [H/G, 4*ceil(M/4)])"
+            )
 
 
 def _fake_fp8_outputs(input, element, group_size, scale_format, scale_layout):
@@ -713,10 +758,10 @@ def _fake_add_fp8_out(
     enable_pdl=None, weight_bias=0.0,
 ):
     required(residual, "residual")
-    elem, fmt = _check_fp8_dynamic(
+    elem, fmt, layout = _check_fp8_dynamic(
         input, residual, weight, y_out, element, group_size, scale_format, scale_layout
     )
-    _check_fp8_outputs(input, out, scales_out, elem, fmt)
+    _check_fp8_outputs(input, out, scales_out, elem, fmt, group_size, layout)
     return None
 
 
@@ -725,10 +770,10 @@ def _fake_rms_fp8_out(
     input, weight, out, scales_out, element="e4m3", group_size=-1, scale_format="f32",
     scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None, enable_pdl=None, weight_bias=0.0,
 ):
-    elem, fmt = _check_fp8_dynamic(
+    elem, fmt, layout = _check_fp8_dynamic(
         input, None, weight, y_out, element, group_size, scale_format, scale_layout
     )
-    _check_fp8_outputs(input, out, scales_out, elem, fmt)
+    _check_fp8_outputs(input, out, scales_out, elem, fmt, group_size, layout)
     return None
 
 
@@ -740,11 +785,11 @@ def _fake_allreduce_fp8_out(
 ):
     first, ranks = _rank_list(inputs)
     required(residual, "residual")
-    elem, fmt = _check_fp8_dynamic(
+    elem, fmt, layout = _check_fp8_dynamic(
         first, residual, weight, y_out, element, group_size, scale_format, scale_layout, ranks,
         "inputs[0]",
     )
-    _check_fp8_outputs(first, out, scales_out, elem, fmt, "inputs[0]")
+    _check_fp8_outputs(first, out, scales_out, elem, fmt, group_size, layout, "inputs[0]")
     return None
 
 
@@ -866,6 +911,26 @@ def required(value: Any, name: str) -> None:
     traced, would fail on it without naming it)."""
     if value is None:
         raise ArgumentTypeError(f"{name} is required, got None")
+
+
+_SCALE_DTYPES = frozenset((torch.uint8, torch.float8_e4m3fn, torch.float8_e8m0fnu))
+
+
+def _scale_bytes(t: Any, name: str) -> Any:
+    """A caller's FP4 scale buffer as the operator takes it: as it is in a scale dtype
+    (uint8, float8_e4m3fn, float8_e8m0fnu: the operator checks that it fits the format),
+    else, as FlashInfer's add_rmsnorm_fp4quant takes any dtype, its bytes (a uint8 view;
+    vLLM passes an int32 swizzled buffer), whose shape and size the operator checks."""
+    if not isinstance(t, Tensor) or t.dtype in _SCALE_DTYPES:
+        return t
+    try:
+        return t.view(torch.uint8)
+    except RuntimeError:
+        raise ArgumentError(
+            f"{name} has dtype {_word(t.dtype)}, shape {list(t.shape)} and strides "
+            f"{list(t.stride())}: fp4norm writes a scale buffer of another dtype than uint8 "
+            "or float8 through its bytes, so its last dimension must be contiguous"
+        ) from None
 
 
 def _both_flag(value: Any) -> bool:
@@ -991,20 +1056,23 @@ def _operator_call(
             block_scale = torch.empty(s_shape, dtype=sdt, device=input.device)
         if both and block_scale_unswizzled is None:
             block_scale_unswizzled = torch.empty(u_shape, dtype=sdt, device=input.device)
-    unswizzled = block_scale_unswizzled if both else None
+    # A caller's scale buffer of another dtype is written through its bytes (returned as
+    # it is), as FlashInfer does.
+    sb = _scale_bytes(block_scale, "block_scale")
+    unswizzled = _scale_bytes(block_scale_unswizzled, "block_scale_unswizzled") if both else None
     if inputs is not None:
         ALLREDUCE_OUT(
-            inputs, residual, weight, y_fp4, block_scale, unswizzled, global_scale, eps,
+            inputs, residual, weight, y_fp4, sb, unswizzled, global_scale, eps,
             block_size, scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
         )
     elif residual is None:
         RMS_OUT(
-            input, weight, y_fp4, block_scale, unswizzled, global_scale, eps, block_size,
+            input, weight, y_fp4, sb, unswizzled, global_scale, eps, block_size,
             scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
         )
     else:
         ADD_OUT(
-            input, residual, weight, y_fp4, block_scale, unswizzled, global_scale, eps,
+            input, residual, weight, y_fp4, sb, unswizzled, global_scale, eps,
             block_size, scale_format, swizzled, y_out, enable_pdl, *_bias(weight_bias),
         )
     if both:
@@ -1180,18 +1248,19 @@ def fused(
         if weight_bias is not None:
             tail += (weight_bias,)
         keys = _backend_keys(input, (residual, weight, y_fp4, block_scale, global_scale, y_out))
+        sb = block_scale if block_scale.dtype in _SCALE_DTYPES else _scale_bytes(block_scale, "block_scale")
         try:
             if keys is not None:
                 if residual is None:
-                    _RMS_O_TO(keys, input, weight, y_fp4, block_scale, *tail)
+                    _RMS_O_TO(keys, input, weight, y_fp4, sb, *tail)
                 else:
-                    _ADD_O_TO(keys, input, residual, weight, y_fp4, block_scale, *tail)
+                    _ADD_O_TO(keys, input, residual, weight, y_fp4, sb, *tail)
             else:
                 with _below_autograd():
                     if residual is None:
-                        _RMS_O(input, weight, y_fp4, block_scale, *tail)
+                        _RMS_O(input, weight, y_fp4, sb, *tail)
                     else:
-                        _ADD_O(input, residual, weight, y_fp4, block_scale, *tail)
+                        _ADD_O(input, residual, weight, y_fp4, sb, *tail)
         except RuntimeError as e:
             raise translate(e) from None
         if residual is None:

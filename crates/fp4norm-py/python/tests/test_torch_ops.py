@@ -1027,3 +1027,123 @@ def test_reference_refuses_to_write_a_tensor_that_requires_grad():
         reference.add_rmsnorm_fp4quant(x, leaf, w)
     # A weight that requires grad is only read.
     reference.add_rmsnorm_fp4quant(x, r.clone(), w.clone().requires_grad_())
+
+
+# --------------------------------------------------------------------------------------
+# Preallocated outputs: the documented shapes; FlashInfer's leniency for scale buffers
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+def test_outputs_of_another_shape_with_the_right_size_are_refused(kind):
+    """A preallocated output of the right byte count but another shape (``[32, 3]`` for
+    ``[3, 32]``) was written as if it had the documented one; refused now, naming it,
+    before anything is written. Its rows flattened, or one flat buffer, are still taken."""
+    x, r, w = data(3, 64, torch.bfloat16, "cpu")
+    u8 = lambda *s: torch.zeros(*s, dtype=torch.uint8)  # noqa: E731
+    f32 = lambda *s: torch.zeros(*s)  # noqa: E731
+    e4m3 = lambda *s: torch.zeros(*s, dtype=torch.uint8).view(torch.float8_e4m3fn)  # noqa: E731
+    conv = (lambda t: t) if kind == "torch" else (lambda t: host(t) if t.dtype != torch.float8_e4m3fn else t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn))
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x, r, w = conv(x), conv(r), conv(w)
+
+    def b(a):
+        return a.tobytes() if isinstance(a, np.ndarray) else raw(a).tobytes()
+
+    r0 = b(r)
+    bad = [
+        ("y_fp4", lambda: fp4norm.add_rmsnorm_fp4quant(x, r, w, conv(u8(32, 3)), conv(u8(3, 4)))),
+        ("block_scale", lambda: fp4norm.add_rmsnorm_fp4quant(x, r, w, conv(u8(3, 32)), conv(u8(4, 3)))),
+        ("block_scale_unswizzled", lambda: fp4norm.add_rmsnorm_fp4quant(
+            x, r, w, output_both_sf_layouts=True, block_scale_unswizzled=conv(u8(2, 6)))),
+        ("scales_out", lambda: fp4norm.add_rmsnorm_fp8quant(
+            x, r, w, None, conv(f32(4, 2)), group=32, scale_layout="column-major")),
+        ("scales_out", lambda: fp4norm.add_rmsnorm_fp8quant(x, r, w, None, conv(f32(1, 3)))),
+        ("out", lambda: fp4norm.add_rmsnorm_fp8quant(x, r, w, conv(e4m3(64, 3)), conv(f32(3, 1)))),
+        ("y_fp4", lambda: reference.add_rmsnorm_fp4quant(x, r, w, conv(u8(32, 3)), conv(u8(3, 4)))),
+    ]
+    for name, call in bad:
+        with pytest.raises(fp4norm.ArgumentError, match=rf"^{name} has shape"):
+            call()
+    assert b(r) == r0
+    if kind == "torch":
+        for call in (
+            lambda: ops.add_rmsnorm_fp4quant.out(x, r, w, u8(32, 3), u8(3, 4)),
+            lambda: ops.rmsnorm_fp8quant.out(x, w, e4m3(3, 64), f32(4, 2), group_size=32, scale_layout="column-major"),
+        ):
+            with pytest.raises(RuntimeError, match="fp4norm.ArgumentError: .* has shape"):
+                call()
+        assert b(r) == r0
+    # Accepted: the documented shape, the rows flattened, one flat buffer (same bytes).
+    x3, r3, w3 = data(6, 64, torch.bfloat16, "cpu", lead=(2, 3))
+    x3, r3, w3 = conv(x3), conv(r3), conv(w3)
+    want = reference.rmsnorm_fp4quant(x3, w3)
+    for q_shape, s_shape in (((2, 3, 32), (2, 3, 4)), ((6, 32), (6, 4)), ((192,), (24,))):
+        q, s = conv(u8(*q_shape)), conv(u8(*s_shape))
+        got = fp4norm.rmsnorm_fp4quant(x3, w3, q, s)
+        assert got[0] is q and got[1] is s
+        assert b(q) == b(want[0]) and b(s) == b(want[1])
+
+
+def test_flashinfer_scale_buffers_of_any_dtype_are_written_and_returned():
+    """As FlashInfer's add_rmsnorm_fp4quant (which views block_scale as bytes), a caller's
+    contiguous scale buffer of another dtype whose byte size is right is written in place
+    and returned as it is: vLLM's int32 ``[128*ceil(M/128), ceil(H/64)]`` swizzled buffer,
+    as int32, viewed as float8_e4m3fn (2-D or flattened); a row-major int32 buffer; an
+    int16 unswizzled one. The float8 type of the other scale format stays refused."""
+    m, h = 5, 256
+    x, r, w = data(m, h, torch.bfloat16, "cpu")
+    r_ref = host(r).copy()
+    sw_ref = reference.add_rmsnorm_fp4quant(host(x), r_ref, host(w), is_sf_swizzled_layout=True)
+    mp, k = 128 * ((m + 127) // 128), (h + 63) // 64
+    buffers = [
+        torch.zeros(mp, k, dtype=torch.int32),
+        torch.zeros(mp, k, dtype=torch.int32).view(torch.float8_e4m3fn),
+        torch.zeros(mp, k, dtype=torch.int32).view(torch.float8_e4m3fn).reshape(-1),
+    ]
+    for buf in buffers:
+        rr = r.clone()
+        q, s = fp4norm.add_rmsnorm_fp4quant(x, rr, w, block_scale=buf, is_sf_swizzled_layout=True)
+        assert s is buf and s.dtype == buf.dtype and s.shape == buf.shape
+        assert np.array_equal(raw(s), sw_ref[1].reshape(-1).view(np.uint8))
+        assert np.array_equal(raw(q), sw_ref[0].reshape(-1).view(np.uint8))
+        assert np.array_equal(raw(rr), r_ref.reshape(-1).view(np.uint8))
+    # Row-major scales and the unswizzled layout in wider dtypes, preallocated codes too.
+    both_ref = reference.rmsnorm_fp4quant(host(x), host(w), output_both_sf_layouts=True)
+    q = torch.empty(m, h // 2, dtype=torch.uint8)
+    s32 = torch.zeros(m, h // 16 // 4, dtype=torch.int32)
+    got = fp4norm.rmsnorm_fp4quant(x, w, q, s32)
+    assert got[1] is s32 and np.array_equal(raw(s32), both_ref[2].reshape(-1).view(np.uint8))
+    u16 = torch.zeros(m, h // 16 // 2, dtype=torch.int16)
+    got = fp4norm.rmsnorm_fp4quant(x, w, output_both_sf_layouts=True, block_scale_unswizzled=u16)
+    assert got[2] is u16 and np.array_equal(raw(u16), both_ref[2].reshape(-1).view(np.uint8))
+    assert np.array_equal(raw(got[1]), both_ref[1].reshape(-1).view(np.uint8))
+    # Under torch.compile the caller's buffer is written and returned too.
+    torch._dynamo.reset()
+    buf = torch.zeros(mp, k, dtype=torch.int32)
+    f = torch.compile(lambda x, r, w, b: fp4norm.add_rmsnorm_fp4quant(x, r, w, block_scale=b, is_sf_swizzled_layout=True), fullgraph=True)
+    rr = r.clone()
+    q, s = f(x, rr, w, buf)
+    assert np.array_equal(raw(buf), sw_ref[1].reshape(-1).view(np.uint8))
+    # A wrong byte count, or the other format's float8 type, is refused.
+    with pytest.raises(fp4norm.ArgumentError, match="block_scale"):
+        fp4norm.rmsnorm_fp4quant(x, w, block_scale=torch.zeros(mp, k - 1, dtype=torch.int32), is_sf_swizzled_layout=True)
+    with pytest.raises(fp4norm.ArgumentTypeError, match="block_scale"):
+        fp4norm.rmsnorm_fp4quant(x, w, block_scale=torch.zeros(m, 8, dtype=torch.float8_e4m3fn), block_size=32)
+
+
+def test_fake_kernels_refuse_outputs_of_another_shape():
+    def t(*shape, dtype=torch.bfloat16):
+        return torch.empty(*shape, dtype=dtype, device="meta")
+
+    x, w = t(3, 64), t(64)
+    with pytest.raises(fp4norm.ArgumentError, match="y_fp4 has shape"):
+        ops.rmsnorm_fp4quant.out(x, w, t(32, 3, dtype=torch.uint8), t(3, 4, dtype=torch.uint8))
+    with pytest.raises(fp4norm.ArgumentError, match="block_scale has shape"):
+        ops.rmsnorm_fp4quant.out(x, w, t(3, 32, dtype=torch.uint8), t(4, 3, dtype=torch.uint8))
+    with pytest.raises(fp4norm.ArgumentError, match="scales_out has shape"):
+        ops.rmsnorm_fp8quant.out(x, w, t(3, 64, dtype=torch.float8_e4m3fn), t(4, 2, dtype=torch.float32), group_size=32, scale_layout="column-major")
+    # The documented shapes pass.
+    ops.rmsnorm_fp4quant.out(x, w, t(3, 32, dtype=torch.uint8), t(3, 4, dtype=torch.uint8))
+    ops.rmsnorm_fp4quant.out(x, w, t(96, dtype=torch.uint8), t(12, dtype=torch.uint8))
+    ops.rmsnorm_fp8quant.out(x, w, t(3, 64, dtype=torch.float8_e4m3fn), t(2, 4, dtype=torch.float32), group_size=32, scale_layout="column-major")
