@@ -832,7 +832,7 @@ def fp8_block_quant(
     quant: Any, out: Any, block_scale: Any, normed_out: Any, input: Any, residual: Any,
     weight: Any, eps: Any, weight_bias: Any, **more: Any,
 ) -> None:
-    """``fused_add_rmsnorm_fp8_block_quant`` (FlashInfer's) through ``quant``, an
+    """``fused_add_rmsnorm_fp8_block_quant`` (as proposed for FlashInfer) through ``quant``, an
     ``add_rmsnorm_fp8quant`` (the module's or the reference's): E4M3 in groups of 128,
     f32 scales column-major, ``y_out=normed_out`` and a scale floor of RN32(1e-4 / 448),
     FlashInfer's amax floor of 1e-4 divided by 448 (the same f32 scale: rounding is
