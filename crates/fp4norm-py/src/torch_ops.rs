@@ -568,59 +568,68 @@ impl Meta {
         };
         let (mut ptr, mut dim) = (std::ptr::null_mut(), 0i64);
         let (mut sizes, mut strides) = (std::ptr::null_mut(), std::ptr::null_mut());
-        if let Some(is_defined) = torch().is_defined {
-            let mut defined = true;
-            // SAFETY: a live tensor handle and an out-pointer.
-            status(unsafe { is_defined(h, &mut defined) }, "reading a tensor")?;
-            if !defined {
-                let hint = if name == "residual" {
-                    " (the op adds it; use the rmsnorm_* form for no residual)"
-                } else {
-                    ""
-                };
-                return Err(Fail::Type(format!("{name} is required, got None{hint}")));
+        // An undefined tensor (None for a `Tensor` argument) fails one of these reads; only
+        // then is definedness asked, which keeps a shim call per tensor off every call.
+        let mut read = || -> Result<(), Fail> {
+            // SAFETY (every call): a live tensor handle and out-pointers of the declared
+            // types; sizes and strides are borrowed for the handle's life and copied at once.
+            unsafe {
+                status((api.layout)(h, &mut m.layout), "reading a tensor")?;
+                if m.layout != torch().codes.strided {
+                    return Err(Fail::Type(format!(
+                        "{name} must be a dense (strided) tensor"
+                    )));
+                }
+                status((api.data_ptr)(h, &mut ptr), "reading a tensor")?;
+                status((api.dim)(h, &mut dim), "reading a tensor")?;
+                status((api.sizes)(h, &mut sizes), "reading a tensor")?;
+                status((api.strides)(h, &mut strides), "reading a tensor")?;
+                status((api.dtype)(h, &mut m.dtype), "reading a tensor")?;
+                status((api.device_type)(h, &mut m.device_type), "reading a tensor")?;
+                status(
+                    (api.device_index)(h, &mut m.device_index),
+                    "reading a tensor",
+                )?;
+                status(
+                    (api.storage_offset)(h, &mut m.storage_offset),
+                    "reading a tensor",
+                )?;
+                status(
+                    (api.storage_nbytes)(h, &mut m.storage_nbytes),
+                    "reading a tensor",
+                )?;
+                if dim < 0 || dim as usize > MAX_DIMS {
+                    return value(format!(
+                        "{name} has {dim} dimensions; fp4norm takes at most {MAX_DIMS}"
+                    ));
+                }
+                m.dim = dim as usize;
+                for d in 0..m.dim {
+                    m.sizes[d] = *sizes.add(d);
+                    m.strides[d] = *strides.add(d);
+                }
+                Ok(())
             }
-        }
-        // SAFETY (every call): a live tensor handle and out-pointers of the declared types;
-        // sizes and strides are borrowed for the handle's life and copied at once.
-        unsafe {
-            status((api.layout)(h, &mut m.layout), "reading a tensor")?;
-            if m.layout != torch().codes.strided {
-                return Err(Fail::Type(format!(
-                    "{name} must be a dense (strided) tensor"
-                )));
-            }
-            status((api.data_ptr)(h, &mut ptr), "reading a tensor")?;
-            status((api.dim)(h, &mut dim), "reading a tensor")?;
-            status((api.sizes)(h, &mut sizes), "reading a tensor")?;
-            status((api.strides)(h, &mut strides), "reading a tensor")?;
-            status((api.dtype)(h, &mut m.dtype), "reading a tensor")?;
-            status((api.device_type)(h, &mut m.device_type), "reading a tensor")?;
-            status(
-                (api.device_index)(h, &mut m.device_index),
-                "reading a tensor",
-            )?;
-            status(
-                (api.storage_offset)(h, &mut m.storage_offset),
-                "reading a tensor",
-            )?;
-            status(
-                (api.storage_nbytes)(h, &mut m.storage_nbytes),
-                "reading a tensor",
-            )?;
-            if dim < 0 || dim as usize > MAX_DIMS {
-                return value(format!(
-                    "{name} has {dim} dimensions; fp4norm takes at most {MAX_DIMS}"
-                ));
-            }
-            m.dim = dim as usize;
-            for d in 0..m.dim {
-                m.sizes[d] = *sizes.add(d);
-                m.strides[d] = *strides.add(d);
-            }
-        }
+        };
+        read().map_err(|e| Self::undefined(name, h).unwrap_or(e))?;
         m.ptr = ptr as u64;
         Ok(m)
+    }
+
+    /// The error for an undefined tensor `h`, if it is one.
+    fn undefined(name: &'static str, h: Handle) -> Option<Fail> {
+        let is_defined = torch().is_defined?;
+        let mut defined = true;
+        // SAFETY: a live tensor handle and an out-pointer.
+        if unsafe { is_defined(h, &mut defined) } != 0 || defined {
+            return None;
+        }
+        let hint = if name == "residual" {
+            " (the op adds it; use the rmsnorm_* form for no residual)"
+        } else {
+            ""
+        };
+        Some(Fail::Type(format!("{name} is required, got None{hint}")))
     }
 
     fn shape(&self) -> &[i64] {
@@ -1269,15 +1278,23 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
 /// of `M·last`: a buffer of the right size but another shape (`[32, 3]` for `[3, 32]`) would
 /// be read in another layout than the one written.
 fn need_row_shape(meta: &Meta, x: &Meta, last: usize) -> Result<(), Fail> {
-    let mut want = x.shape()[..x.dim - 1].to_vec();
-    want.push(last as i64);
-    need_shape(meta, &want, true, "")
+    // On the stack: this runs for every given output of every call.
+    let mut want = [0i64; MAX_DIMS];
+    let lead = x.dim.saturating_sub(1);
+    want[..lead].copy_from_slice(&x.shape()[..lead]);
+    want[lead] = last as i64;
+    need_shape(meta, &want[..=lead], true, "")
 }
 
 /// Refuses a caller's output whose shape is not `want`, nor (`rows`) its rows flattened,
 /// nor one flat buffer of its size; `what` names the layout in the message.
 fn need_shape(meta: &Meta, want: &[i64], rows: bool, what: &str) -> Result<(), Fail> {
     let n: i64 = want.iter().product();
+    let last = want.last().copied().unwrap_or(1);
+    let got = meta.shape();
+    if got == want || got == [n] || (rows && want.len() > 2 && got == [n / last.max(1), last]) {
+        return Ok(()); // without allocating: the common case of every call
+    }
     let mut ok = vec![want.to_vec()];
     if rows && want.len() > 2 {
         ok.push(vec![n / want[want.len() - 1].max(1), want[want.len() - 1]]);

@@ -1125,8 +1125,8 @@ def _backend_keys(input: Any, others: Tuple[Any, ...] = ()) -> Any:
     the version counters) is done here."""
     if type(input) is not Tensor or _dispatch_modes() or _profiler._is_profiler_enabled:
         return None
-    for t in others:
-        if type(t) is not Tensor and isinstance(t, Tensor):
+    for t in others:  # None or a plain tensor, compared without isinstance (per call)
+        if t is not None and type(t) is not Tensor and isinstance(t, Tensor):
             return None
     if input.is_cuda:
         return _KEYS_CUDA
@@ -1247,7 +1247,14 @@ def fused(
         )
         if weight_bias is not None:
             tail += (weight_bias,)
-        keys = _backend_keys(input, (residual, weight, y_fp4, block_scale, global_scale, y_out))
+        # _backend_keys's subclass rule, unrolled: this is the path of every given-output call.
+        plain = (
+            type(y_fp4) is Tensor and type(block_scale) is Tensor and type(weight) is Tensor
+            and (residual is None or type(residual) is Tensor)
+            and (global_scale is None or type(global_scale) is Tensor)
+            and (y_out is None or type(y_out) is Tensor)
+        )
+        keys = _backend_keys(input) if plain else None
         sb = block_scale if block_scale.dtype in _SCALE_DTYPES else _scale_bytes(block_scale, "block_scale")
         try:
             if keys is not None:
