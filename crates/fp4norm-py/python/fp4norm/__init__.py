@@ -16,8 +16,8 @@ Hopper and on the CPU:
 The FP8 family (SPEC.md §8), on the same backends and with the same conventions:
 FlashInfer's ``rmsnorm_quant`` / ``fused_add_rmsnorm_quant`` (a per-tensor static scale;
 ``out``'s float8 dtype picks E4M3 or E5M2), ``fused_add_rmsnorm_fp8_block_quant`` (E4M3
-in 1 x 128 blocks, f32 scales column-major; the form proposed in an unmerged FlashInfer
-pull request), ``add_rmsnorm_fp8quant`` /
+in 1 x 128 blocks, f32 scales column-major, as FlashInfer documents it),
+``add_rmsnorm_fp8quant`` /
 ``rmsnorm_fp8quant`` with dynamic scales (per token or per group of 32, 64, 128; f32 or
 UE8M0; row-major, column-major or swizzled 128x4), the MXFP8 shorthands
 ``add_rmsnorm_mxfp8quant`` / ``rmsnorm_mxfp8quant``, and ``dequantize_fp8`` (host arrays).
@@ -508,8 +508,8 @@ def fused_add_rmsnorm_fp8_block_quant(
     weight_bias: Optional[float] = None,
 ) -> None:
     """Fused residual add + RMSNorm + E4M3 quantisation in 1 x 128 blocks with f32 scales in
-    the column-major layout DeepGEMM's block-scaled GEMMs read (the signature proposed in
-    an unmerged FlashInfer pull request; no released FlashInfer has it)::
+    the column-major layout DeepGEMM's block-scaled GEMMs read (FlashInfer's signature, as
+    its documentation gives it)::
 
         residual   <- RNdt(input + residual)                      (in place)
         normed_out <- RNdt(y)           y as in add_rmsnorm_fp8quant (f32)
