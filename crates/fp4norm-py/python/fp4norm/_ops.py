@@ -990,21 +990,18 @@ def _call_operator(
     )
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, input)
+    args = (
+        input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
+        scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
+        block_scale_unswizzled, enable_pdl, y_out, weight_bias, inputs,
+    )
     if _is_compiling():
         # Traced, the operator is called with no handler around it: a call its fake kernel
         # refuses then fails with Dynamo's error naming the fp4norm class and message (a
         # handler here would make it an "observed exception" without them).
-        return _operator_call(
-            input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
-            scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
-            block_scale_unswizzled, enable_pdl, y_out, weight_bias, inputs,
-        )
+        return _operator_call(*args)
     try:
-        return _operator_call(
-            input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size,
-            scale_format, is_sf_swizzled_layout, output_both_sf_layouts,
-            block_scale_unswizzled, enable_pdl, y_out, weight_bias, inputs,
-        )
+        return _operator_call(*args)
     except RuntimeError as e:
         raise translate(e) from None
 
