@@ -34,6 +34,7 @@ only where its storage is fp4norm's column-major buffer (see
 
 from __future__ import annotations
 
+import inspect
 import re
 import struct
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -485,6 +486,13 @@ def _kernel(fn: Callable[..., None], previous: Any) -> Callable[..., None]:
     return kernel
 
 
+# Replacing a kernel registered from Python (not vLLM's C++ ones) needs allow_override
+# on the torch releases that refuse it by default (2.10 among them); older ones lack it.
+_OVERRIDE: Dict[str, Any] = {"with_keyset": True}
+if "allow_override" in inspect.signature(torch.library.Library.impl).parameters:
+    _OVERRIDE["allow_override"] = True
+
+
 def register_vllm_kernels(
     namespace: str = "_C", dispatch_keys: Sequence[str] = ("CUDA",)
 ) -> List[str]:
@@ -542,7 +550,7 @@ def register_vllm_kernels(
             previous = _previous_kernel(overload, key)
             if lib is None:
                 lib = torch.library.Library(namespace, "IMPL")
-            lib.impl(name, _kernel(_FUNCTIONS[name], previous), key, with_keyset=True)
+            lib.impl(name, _kernel(_FUNCTIONS[name], previous), key, **_OVERRIDE)
             _INSTALLED[(namespace, name, key)] = lib
             new = True
         if new:
