@@ -1248,7 +1248,7 @@ fn fused(t: &FusedTensors, args: &OpArgs, both: bool) -> Result<Option<[Option<T
         // validated and none of them overlaps a buffer it writes.
         Place::Cpu => unsafe {
             call.validate()
-                .and_then(|c| check_rank_overlaps(&c.ranges, dtype, &rank_rows))
+                .and_then(|c| fp4norm::raw::check_rank_inputs(&c.ranges, dtype, &rank_rows))
                 .and_then(|()| {
                     on_host_sum(dtype, x_rows, &rank_rows, |x| {
                         run_host(&RawCall { x, ..call }, HostEngine::Cpu)
@@ -1366,31 +1366,6 @@ fn rank_rows(place: Place, x: &Meta, ranks: &[Tensor]) -> Result<Vec<RawMat>, Fa
         .zip(fp4norm::raw::RANK_INPUT_NAMES)
         .map(|(r, name)| rows_like(name, r, place, x, rule))
         .collect()
-}
-
-/// SPEC.md §9 on the host, with the GPU's rule: the ranks' inputs after the first are read
-/// while the call writes its outputs, so none may overlap a buffer the call writes
-/// (`ranges`, what the call's validator found, rank 0's input among them). Checked before
-/// the ranks are summed, since the host backends then see only the sum.
-fn check_rank_overlaps(
-    ranges: &[fp4norm::raw::Range],
-    dtype: DType,
-    ranks: &[RawMat],
-) -> Result<(), Error> {
-    for (x, name) in ranks.iter().zip(fp4norm::raw::RANK_INPUT_NAMES) {
-        let bytes = x.extent(name)?.saturating_mul(dtype.size()) as u64;
-        if bytes == 0 {
-            continue;
-        }
-        let end = x.ptr.saturating_add(bytes);
-        if let Some(w) = ranges
-            .iter()
-            .find(|w| w.written && w.start < end && x.ptr < w.end)
-        {
-            return Err(Error::Overlap { a: w.name, b: name });
-        }
-    }
-    Ok(())
 }
 
 /// An error of a fused all-reduce's validator with rank 0's input named as the operator's
@@ -1944,7 +1919,7 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
         // validated and none of them overlaps a buffer it writes.
         Place::Cpu => unsafe {
             call.validate()
-                .and_then(|c| check_rank_overlaps(&c.ranges, dtype, &rank_rows))
+                .and_then(|c| fp4norm::raw::check_rank_inputs(&c.ranges, dtype, &rank_rows))
                 .and_then(|()| {
                     on_host_sum(dtype, x_rows, &rank_rows, |x| {
                         run_host_fp8(&RawFp8Call { x, ..call }, HostEngine::Cpu)

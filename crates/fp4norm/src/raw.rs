@@ -220,6 +220,20 @@ pub(crate) fn check_ptr(name: &'static str, ptr: u64, align: usize) -> Result<()
     Ok(())
 }
 
+/// The fused all-reduce's rule for the other ranks' inputs (SPEC.md §9), for a front that
+/// sums them on the host: they are read while the call writes, so none may overlap a
+/// buffer written by the call whose validator found `ranges` (the [`check_overlaps`]
+/// rule the GPU entries apply to them too). `ranks` are ranks 1, 2, ... in order.
+pub fn check_rank_inputs(ranges: &[Range], dtype: DType, ranks: &[RawMat]) -> Result<(), Error> {
+    let mut all = ranges.to_vec();
+    for (x, name) in ranks.iter().zip(RANK_INPUT_NAMES) {
+        let bytes = x.extent(name)?.saturating_mul(dtype.size());
+        all.push(Range::new(name, x.ptr, bytes, false)?);
+    }
+    all.retain(|r| !r.is_empty());
+    check_overlaps(&all)
+}
+
 /// Outputs may not overlap inputs or each other (bounding byte ranges, so interleaved
 /// strided views of one buffer are refused too); read-only inputs may overlap.
 pub(crate) fn check_overlaps(ranges: &[Range]) -> Result<(), Error> {
