@@ -222,7 +222,7 @@ pub(crate) fn check_ptr(name: &'static str, ptr: u64, align: usize) -> Result<()
 
 /// The fused all-reduce's rule for the other ranks' inputs (SPEC.md §9), for a front that
 /// sums them on the host: they are read while the call writes, so none may overlap a
-/// buffer written by the call whose validator found `ranges` (the [`check_overlaps`]
+/// buffer written by the call whose validator found `ranges` (the `check_overlaps`
 /// rule the GPU entries apply to them too). `ranks` are ranks 1, 2, ... in order.
 pub fn check_rank_inputs(ranges: &[Range], dtype: DType, ranks: &[RawMat]) -> Result<(), Error> {
     let mut all = ranges.to_vec();
