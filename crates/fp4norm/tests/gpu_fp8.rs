@@ -452,8 +452,6 @@ fn gpu_fp8_safe_api_refuses_the_wrong_scale_kind() {
     let x = upload(&stream, &vec![bf16::ONE; m * h]);
     let w = upload(&stream, &vec![bf16::ONE; h]);
     let mut q = upload(&stream, &vec![POISON; m * h]);
-    let mut f = upload(&stream, &vec![f32::from_bits(0xAAAA_AAAA); 4 * m * h / 32]);
-    let mut u = upload(&stream, &vec![POISON; 4 * m * h / 32]);
     let per_group = fp8::Fp8Options::dynamic(
         fp8::Fp8Element::E4M3,
         fp8::Fp8Group::G32,
@@ -461,15 +459,23 @@ fn gpu_fp8_safe_api_refuses_the_wrong_scale_kind() {
         fp8::Fp8ScaleLayout::RowMajor,
     );
     let per_tensor = fp8::Fp8Options::per_tensor(fp8::Fp8Element::E4M3, 1.0);
-    for (opts, which) in [
+    let cases = [
         (fp8::Fp8Options::mxfp8(), "f32"),
         (per_group, "ue8m0"),
         (per_tensor, "f32"),
-    ] {
-        let n = fp8::Fp8Problem::new(m, h, DType::BF16, &opts)
+    ];
+    let scales_len = |opts: &fp8::Fp8Options| {
+        fp8::Fp8Problem::new(m, h, DType::BF16, opts)
             .unwrap()
             .scales_len()
-            .max(1);
+            .max(1)
+    };
+    // Each buffer holds the largest call's scales (MXFP8's 128-row padding is the largest).
+    let most = cases.iter().map(|(o, _)| scales_len(o)).max().unwrap();
+    let mut f = upload(&stream, &vec![f32::from_bits(0xAAAA_AAAA); most]);
+    let mut u = upload(&stream, &vec![POISON; most]);
+    for (opts, which) in cases {
+        let n = scales_len(&opts);
         let scales = match which {
             "f32" => DevFp8Scales::F32(f.slice_mut(..n)),
             _ => DevFp8Scales::UE8M0(u.slice_mut(..n)),
