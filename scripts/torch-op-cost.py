@@ -9,7 +9,8 @@ Times back-to-back calls (rounds of --calls/15 calls, median of the rounds' mean
 the kernels are a few µs and asynchronous, so this is the host cost of a call):
 torch.nn.functional.rms_norm, torch.add(out=), and fp4norm.add_rmsnorm_fp4quant (NVFP4,
 bf16) with preallocated outputs and allocating them, plus the bare operator. Prints µs per
-call and the ratio to rms_norm.
+call and the ratio to rms_norm, outside and inside torch.inference_mode() (where engines
+serve: the autograd layer is skipped there, and fp4norm's inference-tensor checks with it).
 """
 import argparse
 import json
@@ -38,12 +39,15 @@ def table(paths):
     """BENCHMARKS.md's eager-cost table from the --json files of one or more runs."""
     runs = [json.load(open(p)) for p in paths]
     names = list(runs[0]["us"])
-    print("| call | " + " | ".join(f"{r['device']}: µs (× rms_norm)" for r in runs) + " |")
-    print("|---|" + "---|" * len(runs))
+    # One column per run and mode: "us" outside inference mode, "us_inference_mode" inside.
+    cols = [(r, k) for r in runs for k in ("us", "us_inference_mode") if k in r]
+    head = [f"{r['device']}{', inference mode' if k != 'us' else ''}: µs (× rms_norm)" for r, k in cols]
+    print("| call | " + " | ".join(head) + " |")
+    print("|---|" + "---|" * len(cols))
     for n in names:
         cells = []
-        for r in runs:
-            v, base = r["us"][n], r["us"]["torch.nn.functional.rms_norm"]
+        for r, k in cols:
+            v, base = r[k][n], r[k]["torch.nn.functional.rms_norm"]
             cells.append(f"{v:.2f} ({v / base:.2f}×)")
         print(f"| {n} | " + " | ".join(cells) + " |")
 
@@ -82,15 +86,20 @@ def main():
         ("torch.ops.fp4norm.out", lambda: torch.ops.fp4norm.add_rmsnorm_fp4quant.out(x, r, w, q, s, None, gs)),
     ]
     res = {name: per_call_us(fn, a.calls, sync) for name, fn in rows}
-    base = res["torch.nn.functional.rms_norm"]
+    with torch.inference_mode():
+        res_inf = {name: per_call_us(fn, a.calls, sync) for name, fn in rows}
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     print(f"host cost per call, M = {a.m}, H = {a.h}, bf16, NVFP4, {name}, torch {torch.__version__}")
-    print(f"{'call':36s} {'µs':>8s} {'× rms_norm':>11s}")
+    print(f"{'call':36s} {'µs':>8s} {'× rms_norm':>11s} {'inference mode µs':>18s} {'×':>6s}")
+    base, base_inf = res["torch.nn.functional.rms_norm"], res_inf["torch.nn.functional.rms_norm"]
     for k, v in res.items():
-        print(f"{k:36s} {v:8.2f} {v / base:11.2f}")
+        print(f"{k:36s} {v:8.2f} {v / base:11.2f} {res_inf[k]:18.2f} {res_inf[k] / base_inf:6.2f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"device": name, "m": a.m, "h": a.h, "torch": torch.__version__, "us": res}, f, indent=1)
+            json.dump({
+                "device": name, "m": a.m, "h": a.h, "torch": torch.__version__,
+                "us": res, "us_inference_mode": res_inf,
+            }, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -187,6 +187,15 @@ def test_in_place_writes_advance_version_counters(device):
     v = q._version
     ops.rmsnorm_fp4quant.out(x, w, q, s)
     assert q._version > v
+    # Inside inference mode the functions advance normal tensors' counters as PyTorch's
+    # in-place ops do (the operators' Autograd kernel is skipped there: docs/torch-operators.md).
+    with torch.inference_mode():
+        before = [t._version for t in (r, q, s, y)]
+        fp4norm.add_rmsnorm_fp4quant(x, r, w, q, s, y_out=y)
+        assert all(a > b for a, b in zip([t._version for t in (r, q, s, y)], before))
+        v = r._version
+        fp4norm.add_rmsnorm_fp4quant(x, r, w)
+        assert r._version > v
 
 
 @pytest.mark.parametrize("device", DEVICES)
