@@ -1213,10 +1213,24 @@ def fused(
             ))
     if global_scale is not None and not isinstance(global_scale, Tensor):
         global_scale = _scale_tensor(global_scale, input)
+    # Trailing arguments at the schema's defaults are not passed: the dispatcher fills them
+    # natively, where the boxed call converts a Python float or int through its symbolic
+    # checks (eps and block_size are most of the argument conversion of an eager call).
+    defaults = (
+        scale_format is None and is_sf_swizzled_layout is False and y_out is None
+        and enable_pdl is None and weight_bias is None
+    )
+    if defaults and block_size == 16:
+        short = (global_scale,) if type(eps) is float and eps == 1e-6 else (global_scale, eps)
+    elif defaults:
+        short = (global_scale, eps, block_size)
     if y_fp4 is None and block_scale is None and block_scale_unswizzled is None:
-        tail = (global_scale, eps, block_size, scale_format, is_sf_swizzled_layout, y_out, enable_pdl)
-        if weight_bias is not None:
-            tail += (weight_bias,)
+        if defaults:
+            tail = short
+        else:
+            tail = (global_scale, eps, block_size, scale_format, is_sf_swizzled_layout, y_out, enable_pdl)
+            if weight_bias is not None:
+                tail += (weight_bias,)
         keys = _backend_keys(input, (residual, weight, global_scale, y_out))
         try:
             if keys is not None:
@@ -1238,12 +1252,15 @@ def fused(
             _increment_version((y_out,))
         return out
     if not both and isinstance(y_fp4, Tensor) and isinstance(block_scale, Tensor):
-        tail = (
-            None, global_scale, eps, block_size, scale_format, bool(is_sf_swizzled_layout), y_out,
-            enable_pdl,
-        )
-        if weight_bias is not None:
-            tail += (weight_bias,)
+        if defaults:
+            tail = (None,) + short
+        else:
+            tail = (
+                None, global_scale, eps, block_size, scale_format, is_sf_swizzled_layout, y_out,
+                enable_pdl,
+            )
+            if weight_bias is not None:
+                tail += (weight_bias,)
         # _backend_keys's subclass rule, unrolled: this is the path of every given-output call.
         plain = (
             type(y_fp4) is Tensor and type(block_scale) is Tensor and type(weight) is Tensor
