@@ -128,17 +128,49 @@ if has python; then
   python3 -m pip install -q --no-deps --no-index --target "$site" .artifacts/wheel/*.whl 2>&1 | grep -v WARNING | tail -2
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
   start=$(date +%s)
-  # PYTEST_PATHS: test files (default: all); PYTEST_ARGS: more pytest arguments.
-  (cd crates/fp4norm-py && timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -q -rs -p no:cacheprovider ${PYTEST_PATHS:-python/tests} ${PYTEST_ARGS:-}) > "$out/python-tests.log" 2>&1
-  grep -E "^(FAILED|ERROR)|passed|failed" "$out/python-tests.log" | tail -25
-  summary+=("python tests: $(tail -1 "$out/python-tests.log") ($(( $(date +%s) - start ))s)")
+  # PYTEST_PATHS: test files (default: all); PYTEST_ARGS: more pytest arguments;
+  # PYTEST_PROCS: pytest processes sharing the GPU (default 4), the files dealt out by size,
+  # largest first, so that one serial run's time is not the step's limit.
+  procs=${PYTEST_PROCS:-4}
+  parts=$(cd crates/fp4norm-py && python3 - "$procs" ${PYTEST_PATHS:-python/tests} <<'PY'
+import os, sys
+n, paths = int(sys.argv[1]), sys.argv[2:]
+files = []
+for p in paths:
+    if os.path.isdir(p):
+        files += [os.path.join(p, f) for f in sorted(os.listdir(p)) if f.startswith("test_") and f.endswith(".py")]
+    else:
+        files.append(p)
+load, parts = [0] * n, [[] for _ in range(n)]
+for f in sorted(files, key=os.path.getsize, reverse=True):
+    k = load.index(min(load))
+    load[k] += os.path.getsize(f)
+    parts[k].append(f)
+print("\n".join(" ".join(p) for p in parts if p))
+PY
+)
+  rm -f "$out"/python-tests-*.log
+  k=0
+  while read -r part; do
+    (cd crates/fp4norm-py && timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -q -rs -p no:cacheprovider $part ${PYTEST_ARGS:-} > "$out/python-tests-$k.log" 2>&1) &
+    k=$((k + 1))
+  done <<< "$parts"
+  wait
+  cat "$out"/python-tests-*.log > "$out/python-tests.log"
+  grep -E "^(FAILED|ERROR)" "$out/python-tests.log" | head -25
+  results=$(for f in "$out"/python-tests-*.log; do tail -1 "$f"; done | tr '\n' ';')
+  summary+=("python tests, $k processes: $results ($(( $(date +%s) - start ))s)")
   for d in cuda cpu; do
     python3 scripts/torch-op-cost.py --device $d --json "$out/torch-op-cost-$d.json" 2>&1 | tee "$out/torch-op-cost-$d.txt"
   done
   if [ -d .artifacts/flashinfer ]; then
     start=$(date +%s)
-    OUT=$out timeout ${FLASHINFER_TIMEOUT:-300} bash scripts/flashinfer-parity/run.sh .artifacts/flashinfer ${FLASHINFER_ARGS:-}
-    summary+=("FlashInfer's tests: $(tail -1 "$out/flashinfer-tests.log") ($(( $(date +%s) - start ))s)")
+    # Its two files in two processes (each about half of a serial run's time).
+    mkdir -p "$out/flashinfer-add" "$out/flashinfer-rms"
+    OUT=$out/flashinfer-add timeout ${FLASHINFER_TIMEOUT:-300} bash scripts/flashinfer-parity/run.sh .artifacts/flashinfer -k "add_rmsnorm" ${FLASHINFER_ARGS:-} &
+    OUT=$out/flashinfer-rms timeout ${FLASHINFER_TIMEOUT:-300} bash scripts/flashinfer-parity/run.sh .artifacts/flashinfer -k "not add_rmsnorm" ${FLASHINFER_ARGS:-}
+    wait
+    summary+=("FlashInfer's tests: $(tail -1 "$out/flashinfer-add/flashinfer-tests.log"); $(tail -1 "$out/flashinfer-rms/flashinfer-tests.log") ($(( $(date +%s) - start ))s)")
     # The bytes of the one case fp4norm's exact numerics fail, with the test's own data.
     python3 scripts/flashinfer-parity/numerics_case.py 4 64 cuda 2>&1 | tee "$out/flashinfer-numerics-case.txt"
   fi
