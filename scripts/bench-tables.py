@@ -656,15 +656,30 @@ def write_csv(path, rows):
 
 
 def cpu_block(run):
+    """The FP4 table (a column per FP4 format) and, where the run has FP8 rows, the FP8
+    table (a column per FP8 format, in the run's order, each naming its scale layout)."""
     rows = index(run.data)
     out = ["| M × H | dtype | layout | NVFP4 µs (GB/s, % of copy) | MXFP4 µs (GB/s, % of copy) |",
            "|---|---|---|---|---|"]
-    for (m, h, dt, lay, yo) in sorted({(k[0], k[1], k[2], k[4], k[5]) for k in rows}):
+    for (m, h, dt, lay, yo) in sorted({(k[0], k[1], k[2], k[4], k[5]) for k in rows if k[3] in FORMATS}):
         cells = []
         for f in FORMATS:
             r = rows.get((m, h, dt, f, lay, yo))
             cells.append("-" if r is None else f"{r['median_us']:.0f} ({r['gb_per_s']:.1f}, {100 * r['vs_copy']:.0f} %)")
         out.append(f"| {m} × {h} | {dt} | {lay}{', y_out' if yo else ''} | " + " | ".join(cells) + " |")
+    fp8 = []
+    for r in run.data["rows"]:
+        if r["format"] not in FORMATS and (r["format"], r["layout"]) not in fp8:
+            fp8.append((r["format"], r["layout"]))
+    if fp8:
+        out += ["", "| M × H | dtype | " + " | ".join(f"{f} ({lay}) µs (% of copy)" for f, lay in fp8) + " |",
+                "|---|---|" + "---|" * len(fp8)]
+        for (m, h, dt, yo) in sorted({(k[0], k[1], k[2], k[5]) for k in rows if k[3] not in FORMATS}):
+            cells = []
+            for f, lay in fp8:
+                r = rows.get((m, h, dt, f, lay, yo))
+                cells.append("-" if r is None else f"{r['median_us']:.0f} ({100 * r['vs_copy']:.0f} %)")
+            out.append(f"| {m} × {h} | {dt}{', y_out' if yo else ''} | " + " | ".join(cells) + " |")
     return out
 
 

@@ -123,5 +123,29 @@ class Fp4Page(unittest.TestCase):
         self.assertEqual(page.marked, set())
 
 
+class CpuBlock(unittest.TestCase):
+    """The CPU block: FP4 formats in the first table, every FP8 format in the second."""
+
+    def block(self):
+        rows = [dict(row(f, 1024, 4096, us=2000.0, op="fp4", layout="swizzled"), vs_copy=0.6)
+                for f in bt.FORMATS]
+        rows += [dict(row("fp8-tensor", 1024, 4096, us=2500.0, layout="none"), vs_copy=0.5),
+                 dict(row("mxfp8", 1024, 4096, us=3000.0, layout="swizzled"), vs_copy=0.4)]
+        return bt.cpu_block(bt.Run(run(rows), "cpu.json", "cpu", "c1"))
+
+    def test_fp8_rows_stay_out_of_the_fp4_table(self):
+        out = self.block()
+        fp4 = out[:out.index("")]
+        self.assertEqual(len(fp4), 3)                      # header, rule, one row
+        self.assertIn("| 1024 × 4096 | bf16 | swizzled | 2000 (0.5, 60 %) | 2000 (0.5, 60 %) |", fp4)
+
+    def test_each_fp8_format_is_a_column_in_the_runs_order(self):
+        out = self.block()
+        fp8 = out[out.index("") + 1:]
+        self.assertTrue(fp8[0].startswith("| M × H | dtype | fp8-tensor (none)"))
+        self.assertIn("mxfp8 (swizzled)", fp8[0])
+        self.assertEqual(fp8[2], "| 1024 × 4096 | bf16 | 2500 (50 %) | 3000 (40 %) |")
+
+
 if __name__ == "__main__":
     unittest.main()

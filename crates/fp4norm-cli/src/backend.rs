@@ -241,7 +241,7 @@ impl Backend for HostBackend {
             "fp4norm::reference (scalar, one thread)".into()
         } else {
             format!(
-                "fp4norm::cpu fast path, {} FP4 row kernels, {} rayon threads",
+                "fp4norm::cpu fast path, {} row kernels, {} rayon threads",
                 fp4norm::cpu::simd_path(),
                 rayon::current_num_threads()
             )

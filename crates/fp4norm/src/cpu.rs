@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-mod isa;
+pub(crate) mod isa;
 #[cfg(test)]
 mod tests;
 // Compiled only where build.rs saw Rust 1.89+ (AVX-512 intrinsics), whatever the
@@ -26,10 +26,10 @@ use crate::{
     BlockSize, Element, Error, Fp4Format, Fp4Out, GlobalScale, MatMut, MatRef, Options, Problem,
 };
 
-/// The FP4 op's row kernels on this CPU: `"avx512"`, `"avx2"` or `"portable"` — the best
-/// this CPU supports, capped by `FP4NORM_CPU_ISA` (every path writes the same bytes; tools
-/// print it so that a figure or a check names the code that ran). The FP8 ops' CPU rows
-/// are portable loops on every CPU.
+/// The CPU row kernels of the FP4 and FP8 ops on this CPU: `"avx512"`, `"avx2"` or
+/// `"portable"` — the best this CPU supports, capped by `FP4NORM_CPU_ISA` (every path
+/// writes the same bytes; tools print it so that a figure or a check names the code that
+/// ran).
 pub fn simd_path() -> &'static str {
     Isa::selected().name()
 }

@@ -5,7 +5,8 @@
 //! default still runs on the same inputs: random data and SPEC.md's edge cases (NaN/Inf/
 //! zero rows, subnormals, exact E2M1 ties, huge values, rows whose sum of squares needs
 //! the exact fallback, per-row global scales of every kind, strided rows, odd M, every
-//! format/layout pairing, y_out, no residual). The SIMD lane functions are also checked
+//! format/layout pairing, y_out, no residual), and the FP8 ops' every option set. The SIMD
+//! lane functions are also checked
 //! against the scalar codecs over every input where that is at most 2^32 values.
 
 use half::{bf16, f16};
@@ -13,6 +14,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::isa::{with_isa, Isa};
+use crate::fp8::{
+    self, Fp8Element, Fp8Group, Fp8Options, Fp8Out, Fp8Problem, Fp8ScaleFormat, Fp8ScaleLayout,
+    Fp8Scales,
+};
 use crate::{
     cpu, reference, BlockSize, DType, Element, Fp4Format, Fp4Out, GlobalScale, MatMut, MatRef,
     Options, Problem, ScaleFormat, ScaleLayout, ScaleOut,
@@ -325,6 +330,14 @@ const SPECIAL_GS: [f32; 10] = [
 fn random_case(rng: &mut StdRng, m: usize, h: usize, dt: DType) -> Case {
     let format = FORMATS[rng.random_range(0..4)];
     let h = h.div_ceil(format.block_size()) * format.block_size();
+    Case {
+        format,
+        ..random_rows(rng, m, h, dt)
+    }
+}
+
+/// Random rows of any `H` with random options (the FP4 format NVFP4; callers set theirs).
+fn random_rows(rng: &mut StdRng, m: usize, h: usize, dt: DType) -> Case {
     let stride = h + if rng.random_range(0..3) == 0 {
         rng.random_range(1..40)
     } else {
@@ -361,7 +374,7 @@ fn random_case(rng: &mut StdRng, m: usize, h: usize, dt: DType) -> Case {
         m,
         h,
         dtype: dt,
-        format,
+        format: Fp4Format::NVFP4,
         layout: LAYOUTS[rng.random_range(0..3)],
         residual: rng.random_range(0..4) != 0,
         y_out: rng.random::<bool>(),
@@ -566,6 +579,208 @@ fn every_path_on_many_rows() {
     for dt in [DType::BF16, DType::F16] {
         let c = random_case(&mut rng, 301, 1024, dt);
         check(&c, "many rows");
+    }
+}
+
+/// The FP8 ops' outputs of one call: codes, scales (f32 bits or UE8M0 codes, padding
+/// included), the updated residual and y_out.
+#[derive(Debug, PartialEq)]
+struct Fp8Outputs {
+    q: Vec<u8>,
+    scales: Vec<u32>,
+    r: Vec<u16>,
+    y_out: Vec<u16>,
+}
+
+fn fp8_run_as<T: Element>(c: &Case, opts: &Fp8Options, isa: Option<Isa>) -> Fp8Outputs {
+    let conv = |v: &[u16]| v.iter().map(|&b| T::from_bits(b)).collect::<Vec<T>>();
+    let (x, mut r, w) = (conv(&c.x), conv(&c.r), conv(&c.w));
+    let p = Fp8Problem::new(c.m, c.h, c.dtype, opts).unwrap();
+    // Outputs start as garbage, so that a byte left unwritten shows.
+    let mut q = vec![0xA5u8; p.q_len()];
+    let mut sf = vec![f32::from_bits(0x7FA5_A5A5); p.scales_len()];
+    let mut su = vec![0xA5u8; p.scales_len()];
+    let mut yo = vec![T::from_bits(0x5A5A); if c.y_out { c.x.len() } else { 0 }];
+    let scales = match p.scale_format() {
+        None => Fp8Scales::None,
+        Some(Fp8ScaleFormat::F32 { .. }) => Fp8Scales::F32(&mut sf),
+        Some(Fp8ScaleFormat::UE8M0) => Fp8Scales::UE8M0(&mut su),
+    };
+    let out = Fp8Out {
+        q: &mut q,
+        scales,
+        y_out: c
+            .y_out
+            .then(|| MatMut::with_stride(&mut yo, c.m, c.h, c.stride).unwrap()),
+    };
+    let xv = MatRef::with_stride(&x, c.m, c.h, c.stride).unwrap();
+    let call = || match (isa, c.residual) {
+        (None, true) => fp8::reference::add_rmsnorm_fp8quant(
+            xv,
+            MatMut::with_stride(&mut r, c.m, c.h, c.stride).unwrap(),
+            &w,
+            out,
+            opts,
+        ),
+        (None, false) => fp8::reference::rmsnorm_fp8quant(xv, &w, out, opts),
+        (Some(_), true) => fp8::cpu::add_rmsnorm_fp8quant(
+            xv,
+            MatMut::with_stride(&mut r, c.m, c.h, c.stride).unwrap(),
+            &w,
+            out,
+            opts,
+        ),
+        (Some(_), false) => fp8::cpu::rmsnorm_fp8quant(xv, &w, out, opts),
+    };
+    match isa {
+        Some(i) => with_isa(i, call),
+        None => call(),
+    }
+    .unwrap();
+    let bits = |v: &[T]| v.iter().map(|e| e.to_bits()).collect::<Vec<u16>>();
+    Fp8Outputs {
+        q,
+        scales: match p.scale_format() {
+            None => Vec::new(),
+            Some(Fp8ScaleFormat::F32 { .. }) => sf.iter().map(|v| v.to_bits()).collect(),
+            Some(Fp8ScaleFormat::UE8M0) => su.iter().map(|&v| u32::from(v)).collect(),
+        },
+        r: bits(&r),
+        y_out: bits(&yo),
+    }
+}
+
+fn fp8_run(c: &Case, opts: &Fp8Options, isa: Option<Isa>) -> Fp8Outputs {
+    match c.dtype {
+        DType::BF16 => fp8_run_as::<bf16>(c, opts, isa),
+        DType::F16 => fp8_run_as::<f16>(c, opts, isa),
+    }
+}
+
+/// Every path of `fp8::cpu` against `fp8::reference` on one case and option set.
+fn fp8_check(c: &Case, opts: &Fp8Options, what: &str) {
+    let want = fp8_run(c, opts, None);
+    for isa in paths() {
+        let got = fp8_run(c, opts, Some(isa));
+        if got != want {
+            let d = [
+                ("q", first_diff(&got.q, &want.q)),
+                ("scales", first_diff(&got.scales, &want.scales)),
+                ("residual", first_diff(&got.r, &want.r)),
+                ("y_out", first_diff(&got.y_out, &want.y_out)),
+            ];
+            let d: Vec<String> = d
+                .into_iter()
+                .filter_map(|(n, e)| e.map(|e| format!("{n} {e}")))
+                .collect();
+            panic!(
+                "fp8 {} differs from the reference on {what} (M {} H {} {} {opts:?} residual {} y_out {} stride {}): {}",
+                isa.name(),
+                c.m,
+                c.h,
+                c.dtype,
+                c.residual,
+                c.y_out,
+                c.stride,
+                d.join("; ")
+            );
+        }
+    }
+}
+
+/// Static scales that exercise the formula's corners: ordinary, tiny, huge, 0 (inv = Inf),
+/// NaN, Inf, a subnormal.
+const FP8_STATIC: [f32; 8] = [1.0, 0.5, 3e-3, 1e30, 0.0, f32::NAN, f32::INFINITY, 1e-40];
+
+/// Every FP8 option set valid at `h` (a multiple of 128 admits them all).
+fn fp8_option_sets(h: usize) -> Vec<Fp8Options> {
+    let mut v = Vec::new();
+    for element in [Fp8Element::E4M3, Fp8Element::E5M2] {
+        for s in FP8_STATIC {
+            v.push(Fp8Options::per_tensor(element, s));
+        }
+        for group in [
+            Fp8Group::PerToken,
+            Fp8Group::G32,
+            Fp8Group::G64,
+            Fp8Group::G128,
+        ] {
+            for format in [
+                Fp8ScaleFormat::F32_NO_FLOOR,
+                Fp8ScaleFormat::F32 {
+                    s_min: 1.0 / (448.0 * 512.0),
+                },
+                Fp8ScaleFormat::UE8M0,
+            ] {
+                for layout in [
+                    Fp8ScaleLayout::RowMajor,
+                    Fp8ScaleLayout::ColumnMajor,
+                    Fp8ScaleLayout::Swizzled,
+                ] {
+                    let o = Fp8Options::dynamic(element, group, format, layout);
+                    if Fp8Problem::new(1, h, DType::BF16, &o).is_ok() {
+                        v.push(o);
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Every FP8 option set, dtype, residual and y_out on random rows (every value
+/// distribution), M not a multiple of 4 or 128 (layout padding).
+#[test]
+fn fp8_every_path_every_option_set() {
+    let mut rng = StdRng::seed_from_u64(0xF8);
+    for dt in [DType::BF16, DType::F16] {
+        for (m, h) in [(5, 128), (130, 384)] {
+            let sets = fp8_option_sets(h);
+            assert!(sets.len() > 40, "{} option sets", sets.len());
+            for opts in sets {
+                let mut c = random_rows(&mut rng, m, h, dt);
+                let opts = Fp8Options {
+                    eps: c.eps,
+                    weight_bias: c.weight_bias,
+                    ..opts
+                };
+                fp8_check(&c, &opts, "an option set");
+                c.residual = !c.residual;
+                c.y_out = !c.y_out;
+                fp8_check(&c, &opts, "an option set, the other residual and y_out");
+            }
+        }
+    }
+}
+
+/// Shapes of models and odd ones: H not a multiple of 16 (per-token and per-tensor scales
+/// take any H), one row, more rows than a task holds.
+#[test]
+fn fp8_every_path_on_random_shapes() {
+    let mut rng = StdRng::seed_from_u64(0xF8F8);
+    let shapes = [
+        (1, 7),
+        (3, 100),
+        (2, 1000),
+        (1, 4096),
+        (16, 7168),
+        (33, 2048),
+        (301, 1024),
+    ];
+    for &(m, h) in &shapes {
+        for dt in [DType::BF16, DType::F16] {
+            let sets = fp8_option_sets(h);
+            for _ in 0..3 {
+                let c = random_rows(&mut rng, m, h, dt);
+                let opts = sets[rng.random_range(0..sets.len())];
+                let opts = Fp8Options {
+                    eps: c.eps,
+                    weight_bias: c.weight_bias,
+                    ..opts
+                };
+                fp8_check(&c, &opts, "a random shape");
+            }
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! The fast CPU path of the FP8 ops: rows in parallel (rayon), straight-line loops the
-//! compiler vectorises (branch-free FP8 encoders). Byte-identical to
-//! [`super::reference`] (tested on random data and edge cases).
+//! compiler vectorises (branch-free FP8 encoders), compiled for AVX-512 and AVX2 besides
+//! the baseline and chosen at run time as the FP4 path's (`crate::cpu::isa`,
+//! `FP4NORM_CPU_ISA`). Byte-identical to [`super::reference`] on every path (tested per
+//! path on random data and edge cases).
 
 use rayon::prelude::*;
 
@@ -10,6 +12,7 @@ use super::{
     Fp8ScaleLayout, Fp8Scales, Fp8Scaling,
 };
 use crate::codec::{e4m3_encode_select, e5m2_encode_select};
+use crate::cpu::isa::Isa;
 use crate::layout::{swizzled_col_tiles, swizzled_offset, SWIZZLE_ROWS, SWIZZLE_TILE_BYTES};
 use crate::sumsq::{exact_sum_of_squares, rstd_if_decided, rstd_of_sum};
 use crate::{Element, Error, MatMut, MatRef};
@@ -87,24 +90,27 @@ fn run<T: Element>(
     };
     let element = opts.element;
     match (opts.scaling, scales) {
-        (Fp8Scaling::PerTensor(s), _) => {
-            let inv = 1.0 / s;
-            rows.run::<u8>(&mut [], |y, q, _| encode(element, y, inv, q));
-        }
+        (Fp8Scaling::PerTensor(s), _) => rows.run(
+            &mut [],
+            &PerTensor {
+                element,
+                inv: 1.0 / s,
+            },
+        ),
         (
             Fp8Scaling::Dynamic {
                 format: Fp8ScaleFormat::F32 { s_min },
                 ..
             },
             Fp8Scales::F32(buf),
-        ) => dynamic(rows, buf, |amax| f32_group_scale(element, s_min, amax)),
+        ) => dynamic(rows, buf, F32Scales { element, s_min }),
         (
             Fp8Scaling::Dynamic {
                 format: Fp8ScaleFormat::UE8M0,
                 ..
             },
             Fp8Scales::UE8M0(buf),
-        ) => dynamic(rows, buf, |amax| ue8m0_group_scale(element, amax)),
+        ) => dynamic(rows, buf, Ue8m0Scales { element }),
         _ => unreachable!("scale kind checked by validate"),
     }
     Ok(())
@@ -133,8 +139,8 @@ struct Task<'a, T, S> {
 
 impl<T: Element> Rows<'_, '_, T> {
     /// Normalises every row (steps 1–4) and hands `y`, the row's codes and its row-major
-    /// scales (`H/G` of them in `rm`) to `quantize`; rows in tasks of about 64K elements.
-    fn run<S: Send>(self, rm: &mut [S], quantize: impl Fn(&[f32], &mut [u8], &mut [S]) + Sync) {
+    /// scales (`H/G` of them in `rm`) to `quant`; rows in tasks of about 64K elements.
+    fn run<Q: RowQuant>(self, rm: &mut [Q::Scale], quant: &Q) {
         let p = self.p;
         let (m, h, n) = (p.m, p.h, p.n_groups());
         let rows_per_task = (65536 / h).clamp(1, 256);
@@ -147,7 +153,7 @@ impl<T: Element> Rows<'_, '_, T> {
             .map(|y| y.into_row_chunks(rows_per_task).into_iter());
         let mut q_chunks = self.q.chunks_mut(rows_per_task * h);
         let mut rm_chunks = rm.chunks_mut((rows_per_task * n).max(1));
-        let tasks: Vec<Task<'_, T, S>> = (0..n_tasks)
+        let tasks: Vec<Task<'_, T, Q::Scale>> = (0..n_tasks)
             .map(|t| Task {
                 first_row: t * rows_per_task,
                 rows: rows_per_task.min(m - t * rows_per_task),
@@ -157,52 +163,204 @@ impl<T: Element> Rows<'_, '_, T> {
                 scales: rm_chunks.next().unwrap_or_default(),
             })
             .collect();
-        let (x, wb, eps) = (&self.x, self.wb, p.options.eps);
-        tasks.into_par_iter().for_each(|mut t| {
-            let mut y = vec![0f32; h];
-            for i in 0..t.rows {
-                normalize_row(
-                    x.row(t.first_row + i),
-                    t.residual.as_mut().map(|r| r.row_mut(i)),
-                    wb,
-                    eps,
-                    &mut y,
-                    t.y_out.as_mut().map(|o| o.row_mut(i)),
-                );
-                let scales = if n == 0 {
-                    &mut [][..]
-                } else {
-                    &mut t.scales[i * n..(i + 1) * n]
-                };
-                quantize(&y, &mut t.q[i * h..(i + 1) * h], scales);
-            }
-        });
+        let ctx = RowsCtx {
+            x: &self.x,
+            wb: self.wb,
+            eps: p.options.eps,
+            n,
+        };
+        // The path is read here, on the calling thread (a test may have forced one), and
+        // handed to the workers.
+        let isa = Isa::for_call();
+        tasks
+            .into_par_iter()
+            .for_each(|t| task_on(isa, t, &ctx, quant));
+    }
+}
+
+/// What every task of a call reads.
+struct RowsCtx<'a, 'p, T> {
+    x: &'p MatRef<'a, T>,
+    wb: &'p [f32],
+    eps: f32,
+    /// Scales per row (0 for a per-tensor scale).
+    n: usize,
+}
+
+/// How one row's `y` becomes its codes and its row-major scales.
+trait RowQuant: Sync {
+    /// A scale as written: f32, or a UE8M0 code (`u8` also for none).
+    type Scale: Copy + Default + Send + Sync;
+    fn row(&self, y: &[f32], q: &mut [u8], scales: &mut [Self::Scale]);
+}
+
+/// One per-tensor scale: `q_i = FP8(RN32(y_i · inv))`.
+struct PerTensor {
+    element: Fp8Element,
+    inv: f32,
+}
+
+impl RowQuant for PerTensor {
+    type Scale = u8;
+    #[inline(always)]
+    fn row(&self, y: &[f32], q: &mut [u8], _: &mut [u8]) {
+        encode(self.element, y, self.inv, q);
+    }
+}
+
+/// A dynamic scale from a group's amax: the scale as written and its inverse.
+trait GroupScale: Sync {
+    type Scale: Copy + Default + Send + Sync;
+    fn element(&self) -> Fp8Element;
+    fn scale(&self, amax: f32) -> (Self::Scale, f32);
+}
+
+/// f32 scales, floored at `s_min` (SPEC.md §8).
+struct F32Scales {
+    element: Fp8Element,
+    s_min: f32,
+}
+
+impl GroupScale for F32Scales {
+    type Scale = f32;
+    #[inline(always)]
+    fn element(&self) -> Fp8Element {
+        self.element
+    }
+    #[inline(always)]
+    fn scale(&self, amax: f32) -> (f32, f32) {
+        f32_group_scale(self.element, self.s_min, amax)
+    }
+}
+
+/// UE8M0 scale codes (SPEC.md §8).
+struct Ue8m0Scales {
+    element: Fp8Element,
+}
+
+impl GroupScale for Ue8m0Scales {
+    type Scale = u8;
+    #[inline(always)]
+    fn element(&self) -> Fp8Element {
+        self.element
+    }
+    #[inline(always)]
+    fn scale(&self, amax: f32) -> (u8, f32) {
+        ue8m0_group_scale(self.element, amax)
+    }
+}
+
+/// Dynamic scales per group of `g` consecutive elements (`g = H` per token).
+struct Groups<G> {
+    g: usize,
+    scale: G,
+}
+
+impl<G: GroupScale> RowQuant for Groups<G> {
+    type Scale = G::Scale;
+    #[inline(always)]
+    fn row(&self, y: &[f32], q: &mut [u8], scales: &mut [G::Scale]) {
+        // The group sizes of SPEC.md §8 as constants: a loop of a known 32 elements
+        // vectorises whole, where one of a run-time length runs in its scalar remainder.
+        match self.g {
+            32 => quantize_groups::<G, 32>(y, q, scales, &self.scale),
+            64 => quantize_groups::<G, 64>(y, q, scales, &self.scale),
+            128 => quantize_groups::<G, 128>(y, q, scales, &self.scale),
+            g => quantize_row_group(g, y, q, scales, &self.scale),
+        }
+    }
+}
+
+/// One task's rows on `isa`. The SIMD paths are these same loops compiled for AVX-512 or
+/// AVX2 (`#[target_feature]`), which the compiler vectorises wider: the same IEEE
+/// operations and integer formulas lane for lane (Rust never contracts a multiply and an
+/// add into a fused one), so every path writes the same bytes.
+fn task_on<T: Element, Q: RowQuant>(
+    isa: Isa,
+    t: Task<'_, T, Q::Scale>,
+    ctx: &RowsCtx<'_, '_, T>,
+    quant: &Q,
+) {
+    match isa {
+        // SAFETY: a path is selected only where `Isa::supported` has seen its features.
+        #[cfg(all(target_arch = "x86_64", fp4norm_simd))]
+        Isa::Avx512 => unsafe { simd::avx512(t, ctx, quant) },
+        #[cfg(all(target_arch = "x86_64", fp4norm_simd))]
+        Isa::Avx2 => unsafe { simd::avx2(t, ctx, quant) },
+        _ => task_rows(t, ctx, quant),
+    }
+}
+
+/// The x86-64 instances of [`task_rows`].
+#[cfg(all(target_arch = "x86_64", fp4norm_simd))]
+#[clippy::msrv = "1.89"]
+mod simd {
+    use super::*;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub(super) unsafe fn avx512<T: Element, Q: RowQuant>(
+        t: Task<'_, T, Q::Scale>,
+        ctx: &RowsCtx<'_, '_, T>,
+        quant: &Q,
+    ) {
+        task_rows(t, ctx, quant)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn avx2<T: Element, Q: RowQuant>(
+        t: Task<'_, T, Q::Scale>,
+        ctx: &RowsCtx<'_, '_, T>,
+        quant: &Q,
+    ) {
+        task_rows(t, ctx, quant)
+    }
+}
+
+/// Every row of one task: steps 1–4, then `quant`.
+#[inline(always)]
+fn task_rows<T: Element, Q: RowQuant>(
+    mut t: Task<'_, T, Q::Scale>,
+    ctx: &RowsCtx<'_, '_, T>,
+    quant: &Q,
+) {
+    let (h, n) = (ctx.wb.len(), ctx.n);
+    let mut y = vec![0f32; h];
+    for i in 0..t.rows {
+        normalize_row(
+            ctx.x.row(t.first_row + i),
+            t.residual.as_mut().map(|r| r.row_mut(i)),
+            ctx.wb,
+            ctx.eps,
+            &mut y,
+            t.y_out.as_mut().map(|o| o.row_mut(i)),
+        );
+        let scales = if n == 0 {
+            &mut [][..]
+        } else {
+            &mut t.scales[i * n..(i + 1) * n]
+        };
+        quant.row(&y, &mut t.q[i * h..(i + 1) * h], scales);
     }
 }
 
 /// Dynamic group scales of type `S` (f32 or UE8M0 codes): rows write row-major scales
 /// (into `buf` itself for the row-major layout, else into scratch), and the column-major or
 /// swizzled layout is filled from them afterwards, in parallel, padding zeroed.
-fn dynamic<T: Element, S: Copy + Default + Send + Sync>(
-    rows: Rows<'_, '_, T>,
-    buf: &mut [S],
-    scale: impl Fn(f32) -> (S, f32) + Sync,
-) {
+fn dynamic<T: Element, G: GroupScale>(rows: Rows<'_, '_, T>, buf: &mut [G::Scale], scale: G) {
     let p = *rows.p;
     let (m, n) = (p.m, p.n_groups());
     let g = p.group().expect("dynamic scaling");
-    let element = p.options.element;
     let layout = p.layout().expect("dynamic scaling");
     let mut scratch = Vec::new();
-    let (rm, target): (&mut [S], Option<&mut [S]>) = match layout {
+    let (rm, target): (&mut [G::Scale], Option<&mut [G::Scale]>) = match layout {
         Fp8ScaleLayout::RowMajor => (buf, None),
         _ => {
-            scratch.resize(m * n, S::default());
+            scratch.resize(m * n, G::Scale::default());
             (&mut scratch[..], Some(buf))
         }
     };
-    rows.run::<S>(rm, |y, q, s| quantize_groups(element, g, y, q, s, &scale));
-    let rm: &[S] = rm;
+    rows.run(rm, &Groups { g, scale });
+    let rm: &[G::Scale] = rm;
     match (layout, target) {
         (Fp8ScaleLayout::ColumnMajor, Some(t)) => {
             // Columns are Mp4 scales: at decode sizes a task per column costs more in
@@ -216,7 +374,7 @@ fn dynamic<T: Element, S: Copy + Default + Send + Sync>(
                     for (row, c) in col[..m].iter_mut().enumerate() {
                         *c = rm[row * n + grp];
                     }
-                    col[m..].fill(S::default()); // padding rows M..Mp4
+                    col[m..].fill(G::Scale::default()); // padding rows M..Mp4
                 });
         }
         (Fp8ScaleLayout::Swizzled, Some(t)) => {
@@ -224,7 +382,7 @@ fn dynamic<T: Element, S: Copy + Default + Send + Sync>(
             t.par_chunks_mut(tile_bytes)
                 .enumerate()
                 .for_each(|(ti, tile)| {
-                    tile.fill(S::default()); // padding rows and columns
+                    tile.fill(G::Scale::default()); // padding rows and columns
                     let first = ti * SWIZZLE_ROWS;
                     for r in 0..SWIZZLE_ROWS.min(m - first) {
                         let codes = &rm[(first + r) * n..(first + r + 1) * n];
@@ -238,31 +396,56 @@ fn dynamic<T: Element, S: Copy + Default + Send + Sync>(
     }
 }
 
-/// One row of `y` in groups of `g`: each group's amax, scale and inverse, then its codes.
+/// One row of `y` in groups of `G`: each group's amax, scale and inverse, then its codes.
 #[inline(always)]
-fn quantize_groups<S>(
-    element: Fp8Element,
+fn quantize_groups<S: GroupScale, const G: usize>(
+    y: &[f32],
+    q: &mut [u8],
+    scales: &mut [S::Scale],
+    scale: &S,
+) {
+    for ((yg, qg), s) in y
+        .chunks_exact(G)
+        .zip(q.chunks_exact_mut(G))
+        .zip(scales.iter_mut())
+    {
+        let yg: &[f32; G] = yg.try_into().expect("chunks of G");
+        let qg: &mut [u8; G] = qg.try_into().expect("chunks of G");
+        let (sv, inv) = scale.scale(amax(yg));
+        *s = sv;
+        encode(scale.element(), yg, inv, qg);
+    }
+}
+
+/// A row of `y` as one group of any length (per-token scales: `g = H`).
+#[inline(always)]
+fn quantize_row_group<S: GroupScale>(
     g: usize,
     y: &[f32],
     q: &mut [u8],
-    scales: &mut [S],
-    scale: &impl Fn(f32) -> (S, f32),
+    scales: &mut [S::Scale],
+    scale: &S,
 ) {
     for ((yg, qg), s) in y
         .chunks_exact(g)
         .zip(q.chunks_exact_mut(g))
         .zip(scales.iter_mut())
     {
-        // |y| as bits orders like the value, and every NaN is above +Inf: an integer
-        // max is the group's amax with NaN propagating, and it vectorises.
-        let mut amax_bits = 0u32;
-        for v in yg {
-            amax_bits = amax_bits.max(v.to_bits() & 0x7FFF_FFFF);
-        }
-        let (sv, inv) = scale(f32::from_bits(amax_bits));
+        let (sv, inv) = scale.scale(amax(yg));
         *s = sv;
-        encode(element, yg, inv, qg);
+        encode(scale.element(), yg, inv, qg);
     }
+}
+
+/// The largest `|y|`: `|y|` as bits orders like the value, and every NaN is above +Inf, so
+/// an integer max is the amax with NaN propagating, and it vectorises.
+#[inline(always)]
+fn amax(y: &[f32]) -> f32 {
+    let mut amax_bits = 0u32;
+    for v in y {
+        amax_bits = amax_bits.max(v.to_bits() & 0x7FFF_FFFF);
+    }
+    f32::from_bits(amax_bits)
 }
 
 /// `q_i = FP8(RN32(y_i · inv))` with the branch-free encoders (equal to the reference's
