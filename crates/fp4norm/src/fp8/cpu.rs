@@ -493,15 +493,16 @@ fn normalize_row<T: Element>(
             }
         }
     }
-    // Eight independent f64 accumulators, so that the loop vectorises; each gets at most
-    // ceil(H/8) additions, then three levels of pairwise sums: depth ceil(H/8) + 3. Where
-    // that sum cannot decide the f32 rstd of the exact sum (crate::sumsq), the exact sum
-    // decides.
-    let mut acc = [0f64; 8];
-    let chunks = y.chunks_exact(8);
+    // Sixteen independent f64 accumulators, so that the loop vectorises (two AVX-512
+    // vectors); each gets at most ceil(H/16) additions, then four levels of pairwise sums:
+    // depth ceil(H/16) + 4. Where that sum cannot decide the f32 rstd of the exact sum
+    // (crate::sumsq), the exact sum decides.
+    let mut acc = [0f64; 16];
+    let chunks = y.chunks_exact(16);
     let tail = chunks.remainder();
     for c in chunks {
-        for k in 0..8 {
+        let c: &[f32; 16] = c.try_into().expect("chunks of 16");
+        for k in 0..16 {
             let v = c[k] as f64;
             acc[k] += v * v;
         }
@@ -510,9 +511,11 @@ fn normalize_row<T: Element>(
         let v = v as f64;
         *a += v * v;
     }
-    let ss = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    let s8: [f64; 8] = std::array::from_fn(|k| acc[k] + acc[k + 8]);
+    let s4: [f64; 4] = std::array::from_fn(|k| s8[k] + s8[k + 4]);
+    let ss = (s4[0] + s4[2]) + (s4[1] + s4[3]);
     let h = y.len();
-    let rstd = rstd_if_decided(ss, h.div_ceil(8) + 3, h, eps)
+    let rstd = rstd_if_decided(ss, h.div_ceil(16) + 4, h, eps)
         .unwrap_or_else(|| rstd_of_sum(exact_sum_of_squares(y.iter().copied()), h, eps));
     for (yi, &wi) in y.iter_mut().zip(wb) {
         *yi = (*yi * rstd) * wi;
