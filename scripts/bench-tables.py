@@ -17,7 +17,8 @@ skipped at its deadline); `@COMMIT` when they ran on another commit than --commi
 the same commit fill the report's tables where the report has no such row; rows of
 another commit fill them too, marked † (the header names their run), and are compared with
 the report's own rows in the `later` block where the page has one.
---cpu: an `fp4norm bench --device cpu --json` run for the CPU table (alone, without
+--cpu: an `fp4norm bench --device cpu --json` run for the CPU table, or several runs of
+one command (repeat it; each cell is their median time and median % of copy) (alone, without
 --report: `--cpu CPU.json@COMMIT --cpu-machine TEXT --cpu-csv benchmarks/cpu.csv --update
 BENCHMARKS.md` rewrites the CPU table only).
 --update: replaces every block between `<!-- BEGIN bench-tables: NAME -->` and
@@ -45,6 +46,7 @@ import datetime
 import json
 import os
 import re
+import statistics
 import sys
 import tarfile
 
@@ -747,10 +749,9 @@ def page_mode(a):
     if a.csv:
         write_csv(a.csv, page.csv_rows(card, a.driver, a.date))
     if a.cpu:
-        path, commit = split_commit(a.cpu, a.commit)
-        cpu = Run(load(path), os.path.basename(path), "cpu", commit)
+        cpu, commit = cpu_run(a)
         blocks["cpu"] = ([f"{a.cpu_machine or cpu.data['device_description']}, commit {commit}, "
-                          f"copy {cpu.copy:.1f} GB/s ({cpu.data['clock']})", ""] + cpu_block(cpu))
+                          f"copy {cpu.copy:.1f} GB/s ({cpu.data['clock']}){runs_note(cpu)}", ""] + cpu_block(cpu))
         if a.cpu_csv:
             write_csv(a.cpu_csv, cpu_csv_rows(cpu, a.cpu_machine or cpu.data["device_description"],
                                               a.cpu_date or a.date))
@@ -770,7 +771,8 @@ def main():
     ap.add_argument("--gpu-txt", help="nvidia-smi CSV of the run (gpu-check.sh writes gpu.txt)")
     ap.add_argument("--cuda", help="CUDA / NVRTC versions of the run")
     ap.add_argument("--csv", help="write every row of the run to this CSV")
-    ap.add_argument("--cpu", help="fp4norm bench --device cpu --json file [@COMMIT]")
+    ap.add_argument("--cpu", action="append", help="fp4norm bench --device cpu --json file [@COMMIT]; "
+                    "repeated: runs of one command, each cell their median")
     ap.add_argument("--cpu-machine", help="the CPU machine, in words")
     ap.add_argument("--cpu-date", help="the CPU run's date (default: --date)")
     ap.add_argument("--cpu-csv", help="write the CPU run's rows to this CSV")
@@ -1018,15 +1020,48 @@ def fp8_mode(a):
             print(f"<!-- BEGIN bench-tables: {name} -->\n" + "\n".join(lines) + f"\n<!-- END bench-tables: {name} -->\n")
 
 
+def median_run(datas):
+    """Repeated `bench --device cpu --json` runs of one command as one run: per row the
+    median time, GB/s from it, and the median of the runs' own % of copy; the median copy.
+    A row is kept when every run has it."""
+    med = lambda v: statistics.median(v)
+    by_key = [index(d) for d in datas]
+    rows = []
+    for k, r in by_key[0].items():
+        if not all(k in b for b in by_key):
+            continue
+        us = med([b[k]["median_us"] for b in by_key])
+        rows.append(dict(r, median_us=us, gb_per_s=r["bytes_moved"] / us / 1e3,
+                         vs_copy=med([b[k]["vs_copy"] for b in by_key]),
+                         check="ok" if all(b[k]["check"] == "ok" for b in by_key) else "MISMATCH"))
+    copy = dict(datas[0]["copy"], gb_per_s=med([d["copy"]["gb_per_s"] for d in datas]))
+    return dict(datas[0], rows=rows, copy=copy, runs=len(datas))
+
+
+def runs_note(run):
+    n = run.data.get("runs")
+    return f"; the median of {n} runs, per cell" if n else ""
+
+
+def cpu_run(a):
+    """The CPU table's run: one --cpu file, or the median of several (same command)."""
+    paths, commits = zip(*(split_commit(c, a.commit) for c in a.cpu))
+    if len(set(commits)) != 1:
+        sys.exit("--cpu runs of different commits")
+    datas = [load(p) for p in paths]
+    data = datas[0] if len(datas) == 1 else median_run(datas)
+    name = os.path.basename(paths[0]) if len(paths) == 1 else f"median of {len(paths)} runs"
+    return Run(data, name, "cpu", commits[0]), commits[0]
+
+
 def cpu_mode(a):
     """The CPU table (and CSV) alone, from one `fp4norm bench --device cpu --json` run."""
-    path, commit = split_commit(a.cpu, a.commit)
+    cpu, commit = cpu_run(a)
     if not commit:
         sys.exit("--cpu needs a commit: --cpu FILE@COMMIT or --commit")
-    cpu = Run(load(path), os.path.basename(path), "cpu", commit)
     date = a.cpu_date or a.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     machine = a.cpu_machine or cpu.data["device_description"]
-    blocks = {"cpu": [f"{machine}, commit {commit}, copy {cpu.copy:.1f} GB/s ({cpu.data['clock']})", ""]
+    blocks = {"cpu": [f"{machine}, commit {commit}, copy {cpu.copy:.1f} GB/s ({cpu.data['clock']}){runs_note(cpu)}", ""]
               + cpu_block(cpu)}
     if a.cpu_csv:
         write_csv(a.cpu_csv, cpu_csv_rows(cpu, machine, date))

@@ -147,5 +147,23 @@ class CpuBlock(unittest.TestCase):
         self.assertEqual(fp8[2], "| 1024 × 4096 | bf16 | 2500 (50 %) | 3000 (40 %) |")
 
 
+class CpuMedian(unittest.TestCase):
+    """Several CPU runs of one command: each cell the median of its runs."""
+
+    def test_each_cell_is_the_median_of_the_runs(self):
+        runs = []
+        for us, frac, copy in ((100.0, 0.5, 20.0), (300.0, 0.2, 10.0), (200.0, 0.3, 30.0)):
+            r = run([dict(row("fp8-tensor", 8, 64, us=us, layout="none"), vs_copy=frac)])
+            r["copy"] = dict(gb_per_s=copy)
+            runs.append(r)
+        runs[1]["rows"].append(dict(row("mxfp8", 8, 64, us=1.0), vs_copy=1.0))  # in one run only
+        m = bt.median_run(runs)
+        self.assertEqual(len(m["rows"]), 1)
+        self.assertEqual(m["rows"][0]["median_us"], 200.0)
+        self.assertEqual(m["rows"][0]["vs_copy"], 0.3)
+        self.assertEqual(m["copy"]["gb_per_s"], 20.0)
+        self.assertEqual(m["runs"], 3)
+
+
 if __name__ == "__main__":
     unittest.main()
