@@ -57,12 +57,14 @@ TARGET_PCT = 94.0  # % of copy at M·H >= 2^25
 BIG = 1 << 25
 
 
-def load(path):
+def load(path, every_op=False):
     """A bench JSON file with its FP4 rows only (a run may mix in FP8 formats, whose rows
-    carry "op": "fp8"; this page's tables are the FP4 op's)."""
+    carry "op": "fp8"; the GPU tables are the FP4 op's), or with every row (the CPU
+    block, whose second table is the FP8 formats')."""
     with open(path) as f:
         run = json.load(f)
-    run["rows"] = [r for r in run["rows"] if r.get("op", "fp4") == "fp4"]
+    if not every_op:
+        run["rows"] = [r for r in run["rows"] if r.get("op", "fp4") == "fp4"]
     return run
 
 
@@ -693,7 +695,7 @@ def cpu_csv_rows(run, machine, date):
                    eager_us=f"{r['median_us']:.3f}", graph_us="", graph_gb_per_s="",
                    pct_of_copy=f"{100 * r['vs_copy']:.2f}", copy_gb_per_s=f"{run.copy:.1f}",
                    pct_of_same_size_copy="", check=r["check"], rows_checked=r["rows_checked"],
-                   note="wall clock, median of the timed calls")
+                   note="wall clock, median of the timed calls" + runs_note(run))
 
 
 def split_commit(arg, default):
@@ -1048,7 +1050,7 @@ def cpu_run(a):
     paths, commits = zip(*(split_commit(c, a.commit) for c in a.cpu))
     if len(set(commits)) != 1:
         sys.exit("--cpu runs of different commits")
-    datas = [load(p) for p in paths]
+    datas = [load(p, every_op=True) for p in paths]
     data = datas[0] if len(datas) == 1 else median_run(datas)
     name = os.path.basename(paths[0]) if len(paths) == 1 else f"median of {len(paths)} runs"
     return Run(data, name, "cpu", commits[0]), commits[0]
