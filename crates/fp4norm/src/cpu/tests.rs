@@ -188,22 +188,27 @@ fn first_diff<X: PartialEq + std::fmt::Debug + Copy>(a: &[X], b: &[X]) -> Option
     Some(format!("at {i}: got {:?}, want {:?}", a[i], b[i]))
 }
 
+/// The outputs that differ, each with its first difference.
+fn differences<const N: usize>(parts: [(&str, Option<String>); N]) -> String {
+    let d: Vec<String> = parts
+        .into_iter()
+        .filter_map(|(n, e)| e.map(|e| format!("{n} {e}")))
+        .collect();
+    d.join("; ")
+}
+
 fn check(c: &Case, what: &str) {
     let want = run(c, None);
     for isa in paths() {
         let got = run(c, Some(isa));
         if got != want {
-            let d = [
+            let d = differences([
                 ("y_fp4", first_diff(&got.q, &want.q)),
                 ("row-major", first_diff(&got.row_major, &want.row_major)),
                 ("swizzled", first_diff(&got.swizzled, &want.swizzled)),
                 ("residual", first_diff(&got.r, &want.r)),
                 ("y_out", first_diff(&got.y_out, &want.y_out)),
-            ];
-            let d: Vec<String> = d
-                .into_iter()
-                .filter_map(|(n, e)| e.map(|e| format!("{n} {e}")))
-                .collect();
+            ]);
             panic!(
                 "{} differs from the reference on {what} (M {} H {} {} {} {} residual {} y_out {} stride {} eps {} gs {:?}): {}",
                 isa.name(),
@@ -220,7 +225,7 @@ fn check(c: &Case, what: &str) {
                     Gs::Uniform(g) => format!("{g}"),
                     Gs::PerRow(_) => "per row".into(),
                 },
-                d.join("; ")
+                d
             );
         }
     }
@@ -663,16 +668,12 @@ fn fp8_check(c: &Case, opts: &Fp8Options, what: &str) {
     for isa in paths() {
         let got = fp8_run(c, opts, Some(isa));
         if got != want {
-            let d = [
+            let d = differences([
                 ("q", first_diff(&got.q, &want.q)),
                 ("scales", first_diff(&got.scales, &want.scales)),
                 ("residual", first_diff(&got.r, &want.r)),
                 ("y_out", first_diff(&got.y_out, &want.y_out)),
-            ];
-            let d: Vec<String> = d
-                .into_iter()
-                .filter_map(|(n, e)| e.map(|e| format!("{n} {e}")))
-                .collect();
+            ]);
             panic!(
                 "fp8 {} differs from the reference on {what} (M {} H {} {} {opts:?} residual {} y_out {} stride {}): {}",
                 isa.name(),
@@ -682,7 +683,7 @@ fn fp8_check(c: &Case, opts: &Fp8Options, what: &str) {
                 c.residual,
                 c.y_out,
                 c.stride,
-                d.join("; ")
+                d
             );
         }
     }
