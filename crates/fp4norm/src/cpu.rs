@@ -13,7 +13,7 @@ mod tests;
 // workspace's rust-version admits.
 #[cfg(all(target_arch = "x86_64", fp4norm_simd))]
 #[clippy::msrv = "1.89"]
-mod x86;
+pub(crate) mod x86;
 
 use isa::Isa;
 

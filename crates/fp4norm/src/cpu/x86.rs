@@ -12,6 +12,9 @@
 //!    block's amax as the integer max of `|y|`'s bits (NaN above +Inf, so NaN propagates);
 //! 3. the block scales a vector of blocks at a time, then `E2M1(y · inv)`, packed.
 //!
+//! The FP8 rows (`fp8::cpu`) take step 1 and the rounding of `y_out` from here too
+//! (`fp8_step1`, `fp8_round_row`, rows of any length: a scalar tail).
+//!
 //! AVX-512 runs steps 2–3 on 16 blocks at a time: one transpose tree reduces their 16
 //! amaxes into one vector (`avx512::hmax16`), whose scales are one vector operation; its
 //! E2M1 is a table lookup (`avx512::e2m1`). AVX2 reduces each block on its own (the same
@@ -171,7 +174,7 @@ fn scales_tail(format: Fp4Format, amax: &[u32], gs: f32, codes: &mut [u8], inv: 
     }
 }
 
-pub(super) mod avx512 {
+pub(crate) mod avx512 {
     //! 16 f32 lanes; one NVFP4 block per vector.
     use super::*;
 
@@ -426,6 +429,71 @@ pub(super) mod avx512 {
             scales_tail(format, &amax[n..], gs, &mut codes[n..], &mut inv[n..]);
         }
 
+        /// Step 1 for the FP8 rows, on a row of any length: `h = RNdt(x + r)` written back to
+        /// `r` (or `h = x`), as f32 into `y`; returns the sum of the squares in 16 f64 lanes
+        /// (element `16j + k` in lane `k`, the tail's in lanes 0..) and its depth,
+        /// ceil(H/16) + 4.
+        pub(crate) fn fp8_step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize) {
+            let len = y.len();
+            let n = len / 16 * 16;
+            let mut acc = [_mm512_setzero_pd(); 2];
+            let mut tail = [0f32; 16];
+            match r {
+                Some(r) => {
+                    for ((xa, ra), ya) in arrays::<T, 16>(&x[..n])
+                        .zip(arrays_mut::<T, 16>(&mut r[..n]))
+                        .zip(arrays_mut::<f32, 16>(&mut y[..n]))
+                    {
+                        let sum = _mm512_add_ps(widen::<T>(load_dt(xa)), widen::<T>(load_dt(ra)));
+                        let (hb, hv) = round::<T>(sum);
+                        store_dt(ra, hb);
+                        store_f32(ya, hv);
+                        add_squares(hv, &mut acc);
+                    }
+                    for i in n..len {
+                        let hv = T::round_from_f32(x[i].to_f32() + r[i].to_f32());
+                        r[i] = hv;
+                        y[i] = hv.to_f32();
+                        tail[i - n] = y[i];
+                    }
+                }
+                None => {
+                    for (xa, ya) in arrays::<T, 16>(&x[..n]).zip(arrays_mut::<f32, 16>(&mut y[..n])) {
+                        let hv = widen::<T>(load_dt(xa));
+                        store_f32(ya, hv);
+                        add_squares(hv, &mut acc);
+                    }
+                    for i in n..len {
+                        y[i] = x[i].to_f32();
+                        tail[i - n] = y[i];
+                    }
+                }
+            }
+            let mut l = [0f64; 16];
+            // SAFETY: 2 × 64 bytes into an [f64; 16]; acc[0] holds elements 16j..16j+8.
+            unsafe {
+                _mm512_storeu_pd(l.as_mut_ptr(), acc[0]);
+                _mm512_storeu_pd(l.as_mut_ptr().add(8), acc[1]);
+            }
+            for (a, &v) in l.iter_mut().zip(&tail[..len - n]) {
+                *a += f64::from(v) * f64::from(v);
+            }
+            let s8: [f64; 8] = std::array::from_fn(|k| l[k] + l[k + 8]);
+            let ss = ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));
+            (ss, len.div_ceil(16) + 4)
+        }
+
+        /// `out = RNdt(y)` for a row of any length (the FP8 rows' `y_out`).
+        pub(crate) fn fp8_round_row<T: Element>(y: &[f32], out: &mut [T]) {
+            let n = y.len() / 16 * 16;
+            for (ya, oa) in arrays::<f32, 16>(&y[..n]).zip(arrays_mut::<T, 16>(&mut out[..n])) {
+                store_dt(oa, round::<T>(load_f32(ya)).0);
+            }
+            for (o, &v) in out[n..].iter_mut().zip(&y[n..]) {
+                *o = T::round_from_f32(v);
+            }
+        }
+
         /// Every row of one task.
         pub(in super::super) fn rows<T: Element, const B: usize>(
             p: &Problem,
@@ -658,7 +726,7 @@ pub(super) mod avx512 {
     }
 }
 
-pub(super) mod avx2 {
+pub(crate) mod avx2 {
     //! 8 f32 lanes; two (NVFP4) or four (MXFP4) vectors per block.
     use super::*;
 
@@ -748,6 +816,69 @@ pub(super) mod avx2 {
             // SAFETY: 32 bytes into an [f64; 4].
             unsafe { _mm256_storeu_pd(l.as_mut_ptr(), _mm256_add_pd(acc[0], acc[1])) };
             (l[0] + l[1]) + (l[2] + l[3])
+        }
+
+        /// Step 1 for the FP8 rows, on a row of any length (as `avx512::fp8_step1`): the
+        /// sum of the squares in 8 f64 lanes (the tail's in lanes 0..) and its depth,
+        /// ceil(H/8) + 3.
+        pub(crate) fn fp8_step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize) {
+            let len = y.len();
+            let n = len / 8 * 8;
+            let mut acc = [_mm256_setzero_pd(); 2];
+            let mut tail = [0f32; 8];
+            match r {
+                Some(r) => {
+                    for ((xa, ra), ya) in arrays::<T, 8>(&x[..n])
+                        .zip(arrays_mut::<T, 8>(&mut r[..n]))
+                        .zip(arrays_mut::<f32, 8>(&mut y[..n]))
+                    {
+                        let sum = _mm256_add_ps(widen::<T>(load_dt(xa)), widen::<T>(load_dt(ra)));
+                        let (hb, hv) = round::<T>(sum);
+                        store_dt(ra, hb);
+                        store_f32(ya, hv);
+                        add_squares(hv, &mut acc);
+                    }
+                    for i in n..len {
+                        let hv = T::round_from_f32(x[i].to_f32() + r[i].to_f32());
+                        r[i] = hv;
+                        y[i] = hv.to_f32();
+                        tail[i - n] = y[i];
+                    }
+                }
+                None => {
+                    for (xa, ya) in arrays::<T, 8>(&x[..n]).zip(arrays_mut::<f32, 8>(&mut y[..n])) {
+                        let hv = widen::<T>(load_dt(xa));
+                        store_f32(ya, hv);
+                        add_squares(hv, &mut acc);
+                    }
+                    for i in n..len {
+                        y[i] = x[i].to_f32();
+                        tail[i - n] = y[i];
+                    }
+                }
+            }
+            let mut l = [0f64; 8];
+            // SAFETY: 2 × 32 bytes into an [f64; 8]; acc[0] holds elements 8j..8j+4.
+            unsafe {
+                _mm256_storeu_pd(l.as_mut_ptr(), acc[0]);
+                _mm256_storeu_pd(l.as_mut_ptr().add(4), acc[1]);
+            }
+            for (a, &v) in l.iter_mut().zip(&tail[..len - n]) {
+                *a += f64::from(v) * f64::from(v);
+            }
+            let s4: [f64; 4] = std::array::from_fn(|k| l[k] + l[k + 4]);
+            ((s4[0] + s4[1]) + (s4[2] + s4[3]), len.div_ceil(8) + 3)
+        }
+
+        /// `out = RNdt(y)` for a row of any length (the FP8 rows' `y_out`).
+        pub(crate) fn fp8_round_row<T: Element>(y: &[f32], out: &mut [T]) {
+            let n = y.len() / 8 * 8;
+            for (ya, oa) in arrays::<f32, 8>(&y[..n]).zip(arrays_mut::<T, 8>(&mut out[..n])) {
+                store_dt(oa, round::<T>(load_f32(ya)).0);
+            }
+            for (o, &v) in out[n..].iter_mut().zip(&y[n..]) {
+                *o = T::round_from_f32(v);
+            }
         }
 
         fn e2m1(v: __m256) -> __m256i {

@@ -1,8 +1,10 @@
 //! The fast CPU path of the FP8 ops: rows in parallel (rayon), straight-line loops the
 //! compiler vectorises (branch-free FP8 encoders), compiled for AVX-512 and AVX2 besides
 //! the baseline and chosen at run time as the FP4 path's (`crate::cpu::isa`,
-//! `FP4NORM_CPU_ISA`). Byte-identical to [`super::reference`] on every path (tested per
-//! path on random data and edge cases).
+//! `FP4NORM_CPU_ISA`); on those two, step 1 (the residual add, the sum of squares) and
+//! `y_out` are the FP4 rows' lane functions (`crate::cpu::x86`), whose hardware f16
+//! conversions the compiler does not find in the portable formulas. Byte-identical to
+//! [`super::reference`] on every path (tested per path on random data and edge cases).
 
 use rayon::prelude::*;
 
@@ -289,7 +291,7 @@ fn task_on<T: Element, Q: RowQuant>(
         Isa::Avx512 => unsafe { simd::avx512(t, ctx, quant) },
         #[cfg(all(target_arch = "x86_64", fp4norm_simd))]
         Isa::Avx2 => unsafe { simd::avx2(t, ctx, quant) },
-        _ => task_rows(t, ctx, quant),
+        _ => task_rows::<T, Q, PlainSteps>(t, ctx, quant),
     }
 }
 
@@ -298,6 +300,7 @@ fn task_on<T: Element, Q: RowQuant>(
 #[clippy::msrv = "1.89"]
 mod simd {
     use super::*;
+    use crate::cpu::x86::{avx2, avx512};
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub(super) unsafe fn avx512<T: Element, Q: RowQuant>(
@@ -305,7 +308,7 @@ mod simd {
         ctx: &RowsCtx<'_, '_, T>,
         quant: &Q,
     ) {
-        task_rows(t, ctx, quant)
+        task_rows::<T, Q, Avx512Steps>(t, ctx, quant)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -314,13 +317,46 @@ mod simd {
         ctx: &RowsCtx<'_, '_, T>,
         quant: &Q,
     ) {
-        task_rows(t, ctx, quant)
+        task_rows::<T, Q, Avx2Steps>(t, ctx, quant)
+    }
+
+    /// Step 1 and `y_out` by the FP4 rows' AVX-512 lane functions (hardware f16
+    /// conversions, f64 squares in vector lanes).
+    struct Avx512Steps;
+
+    impl RowSteps for Avx512Steps {
+        #[inline(always)]
+        fn step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize) {
+            // SAFETY: used only by `avx512`, entered where its features are supported.
+            unsafe { avx512::fp8_step1(x, r, y) }
+        }
+        #[inline(always)]
+        fn round_row<T: Element>(y: &[f32], out: &mut [T]) {
+            // SAFETY: as step1.
+            unsafe { avx512::fp8_round_row(y, out) }
+        }
+    }
+
+    /// The same by the FP4 rows' AVX2 lane functions.
+    struct Avx2Steps;
+
+    impl RowSteps for Avx2Steps {
+        #[inline(always)]
+        fn step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize) {
+            // SAFETY: used only by `avx2`, entered where its features are supported.
+            unsafe { avx2::fp8_step1(x, r, y) }
+        }
+        #[inline(always)]
+        fn round_row<T: Element>(y: &[f32], out: &mut [T]) {
+            // SAFETY: as step1.
+            unsafe { avx2::fp8_round_row(y, out) }
+        }
     }
 }
 
-/// Every row of one task: steps 1–4, then `quant`.
+/// Every row of one task: steps 1–4 (their dtype-bound parts by `S`), then `quant`.
 #[inline(always)]
-fn task_rows<T: Element, Q: RowQuant>(
+fn task_rows<T: Element, Q: RowQuant, S: RowSteps>(
     mut t: Task<'_, T, Q::Scale>,
     ctx: &RowsCtx<'_, '_, T>,
     quant: &Q,
@@ -328,7 +364,7 @@ fn task_rows<T: Element, Q: RowQuant>(
     let (h, n) = (ctx.wb.len(), ctx.n);
     let mut y = vec![0f32; h];
     for i in 0..t.rows {
-        normalize_row(
+        normalize_row::<T, S>(
             ctx.x.row(t.first_row + i),
             t.residual.as_mut().map(|r| r.row_mut(i)),
             ctx.wb,
@@ -345,7 +381,7 @@ fn task_rows<T: Element, Q: RowQuant>(
     }
 }
 
-/// Dynamic group scales of type `S` (f32 or UE8M0 codes): rows write row-major scales
+/// Dynamic group scales (`G::Scale`: f32 or UE8M0 codes): rows write row-major scales
 /// (into `buf` itself for the row-major layout, else into scratch), and the column-major or
 /// swizzled layout is filled from them afterwards, in parallel, padding zeroed.
 fn dynamic<T: Element, G: GroupScale>(rows: Rows<'_, '_, T>, buf: &mut [G::Scale], scale: G) {
@@ -500,12 +536,72 @@ fn encode(element: Fp8Element, y: &[f32], inv: f32, q: &mut [u8]) {
     }
 }
 
+/// How a path runs the dtype-bound parts of a row: step 1 (`h`, the residual written
+/// back, the sum of squares) and the rounding of `y_out`.
+trait RowSteps {
+    /// `h = RNdt(x + r)` (written back to `r`; `h = x` without one) as f32 into `y`; the
+    /// sum of `h`'s squares and its depth (the most roundings any square went through).
+    fn step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize);
+    /// `out = RNdt(y)`.
+    fn round_row<T: Element>(y: &[f32], out: &mut [T]);
+}
+
+/// Plain loops the compiler vectorises (the portable path).
+struct PlainSteps;
+
+impl RowSteps for PlainSteps {
+    #[inline(always)]
+    fn step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize) {
+        match r {
+            Some(r) => {
+                for ((yi, xi), ri) in y.iter_mut().zip(x).zip(r.iter_mut()) {
+                    let hv = T::round_from_f32(xi.to_f32() + ri.to_f32());
+                    *ri = hv;
+                    *yi = hv.to_f32();
+                }
+            }
+            None => {
+                for (yi, xi) in y.iter_mut().zip(x) {
+                    *yi = xi.to_f32();
+                }
+            }
+        }
+        // Sixteen independent f64 accumulators, so that the loop vectorises; each gets at
+        // most ceil(H/16) additions, then four levels of pairwise sums.
+        let mut acc = [0f64; 16];
+        let chunks = y.chunks_exact(16);
+        let tail = chunks.remainder();
+        for c in chunks {
+            let c: &[f32; 16] = c.try_into().expect("chunks of 16");
+            for k in 0..16 {
+                let v = c[k] as f64;
+                acc[k] += v * v;
+            }
+        }
+        for (a, &v) in acc.iter_mut().zip(tail) {
+            let v = v as f64;
+            *a += v * v;
+        }
+        let s8: [f64; 8] = std::array::from_fn(|k| acc[k] + acc[k + 8]);
+        let s4: [f64; 4] = std::array::from_fn(|k| s8[k] + s8[k + 4]);
+        let ss = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+        (ss, y.len().div_ceil(16) + 4)
+    }
+
+    #[inline(always)]
+    fn round_row<T: Element>(y: &[f32], out: &mut [T]) {
+        for (oi, &yi) in out.iter_mut().zip(y) {
+            *oi = T::round_from_f32(yi);
+        }
+    }
+}
+
 /// Steps 1–4 of SPEC.md §1 for one row, with the biased weights `wb` (SPEC.md §8):
-/// `y ← (h · rstd) · w'` as f32. The FP4 CPU path's `normalize_row` (private to
-/// `crate::cpu`), with f32 weights and a tail for `H` not a multiple of 8 (per-token and
-/// per-tensor scales allow any `H`).
+/// `y ← (h · rstd) · w'` as f32, for any `H` (per-token and per-tensor scales allow any).
+/// Where the sum of squares cannot decide the f32 rstd of the exact sum (crate::sumsq),
+/// the exact sum decides.
 #[inline(always)]
-fn normalize_row<T: Element>(
+fn normalize_row<T: Element, S: RowSteps>(
     x: &[T],
     residual: Option<&mut [T]>,
     wb: &[f32],
@@ -513,50 +609,14 @@ fn normalize_row<T: Element>(
     y: &mut [f32],
     y_out: Option<&mut [T]>,
 ) {
-    match residual {
-        Some(r) => {
-            for ((yi, xi), ri) in y.iter_mut().zip(x).zip(r.iter_mut()) {
-                let hv = T::round_from_f32(xi.to_f32() + ri.to_f32());
-                *ri = hv;
-                *yi = hv.to_f32();
-            }
-        }
-        None => {
-            for (yi, xi) in y.iter_mut().zip(x) {
-                *yi = xi.to_f32();
-            }
-        }
-    }
-    // Sixteen independent f64 accumulators, so that the loop vectorises (two AVX-512
-    // vectors); each gets at most ceil(H/16) additions, then four levels of pairwise sums:
-    // depth ceil(H/16) + 4. Where that sum cannot decide the f32 rstd of the exact sum
-    // (crate::sumsq), the exact sum decides.
-    let mut acc = [0f64; 16];
-    let chunks = y.chunks_exact(16);
-    let tail = chunks.remainder();
-    for c in chunks {
-        let c: &[f32; 16] = c.try_into().expect("chunks of 16");
-        for k in 0..16 {
-            let v = c[k] as f64;
-            acc[k] += v * v;
-        }
-    }
-    for (a, &v) in acc.iter_mut().zip(tail) {
-        let v = v as f64;
-        *a += v * v;
-    }
-    let s8: [f64; 8] = std::array::from_fn(|k| acc[k] + acc[k + 8]);
-    let s4: [f64; 4] = std::array::from_fn(|k| s8[k] + s8[k + 4]);
-    let ss = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+    let (ss, depth) = S::step1(x, residual, y);
     let h = y.len();
-    let rstd = rstd_if_decided(ss, h.div_ceil(16) + 4, h, eps)
+    let rstd = rstd_if_decided(ss, depth, h, eps)
         .unwrap_or_else(|| rstd_of_sum(exact_sum_of_squares(y.iter().copied()), h, eps));
     for (yi, &wi) in y.iter_mut().zip(wb) {
         *yi = (*yi * rstd) * wi;
     }
     if let Some(o) = y_out {
-        for (oi, &yi) in o.iter_mut().zip(y.iter()) {
-            *oi = T::round_from_f32(yi);
-        }
+        S::round_row(y, o);
     }
 }
