@@ -523,7 +523,7 @@ fn take_string(h: *mut c_void) -> Result<String, Fail> {
         status((api.string_length)(h, &mut len), "reading a string")
             .and_then(|_| status((api.string_c_str)(h, &mut data), "reading a string"))
             .map(|_| {
-                String::from_utf8_lossy(std::slice::from_raw_parts(data as *const u8, len))
+                String::from_utf8_lossy(std::slice::from_raw_parts(data.cast::<u8>(), len))
                     .into_owned()
             })
     };

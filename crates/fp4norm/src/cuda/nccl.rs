@@ -143,6 +143,8 @@ impl UniqueId {
 
     /// The id's bytes, to send to the other ranks.
     pub fn to_bytes(&self) -> [u8; 128] {
+        // `c_char` is i8 on x86-64 and u8 on aarch64: the cast is a no-op on one of them.
+        #[allow(clippy::unnecessary_cast)]
         self.0.internal.map(|c| c as u8)
     }
 

@@ -228,6 +228,8 @@ pub fn compile(
         let compiled = nvrtc_result::compile_program(prog, &options);
         let log = nvrtc_result::get_program_log(prog)
             .map(|l| {
+                // `c_char` is i8 on x86-64 and u8 on aarch64: the cast is a no-op on one.
+                #[allow(clippy::unnecessary_cast)]
                 let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
                 String::from_utf8_lossy(&bytes).into_owned()
             })
