@@ -145,6 +145,26 @@ fn prefetch_share(c: &RowCtx<'_>, part: usize, parts: usize) {
     }
 }
 
+/// The FP8 rows' step 1 ends here, for a row of `h` elements: the tail's squares (fewer
+/// than `L`) into lanes 0.., then log2(L) levels of pairwise sums. With each lane's own
+/// additions, every square goes through at most ceil(h/L) + log2(L) roundings: the sum and
+/// that depth.
+#[inline(always)]
+fn lanes_sum<const L: usize>(mut l: [f64; L], tail: &[f32], h: usize) -> (f64, usize) {
+    for (a, &v) in l.iter_mut().zip(tail) {
+        *a += f64::from(v) * f64::from(v);
+    }
+    let (mut width, mut levels) = (L, 0);
+    while width > 1 {
+        width /= 2;
+        for k in 0..width {
+            l[k] += l[k + width];
+        }
+        levels += 1;
+    }
+    (l[0], h.div_ceil(L) + levels)
+}
+
 /// The first table entry: `|v| >> 21` of every `|v| < 0.25` is at most this.
 const E2M1_FIRST: u32 = (0.25f32.to_bits() >> 21) - 1;
 
@@ -475,12 +495,7 @@ pub(crate) mod avx512 {
                 _mm512_storeu_pd(l.as_mut_ptr(), acc[0]);
                 _mm512_storeu_pd(l.as_mut_ptr().add(8), acc[1]);
             }
-            for (a, &v) in l.iter_mut().zip(&tail[..len - n]) {
-                *a += f64::from(v) * f64::from(v);
-            }
-            let s8: [f64; 8] = std::array::from_fn(|k| l[k] + l[k + 8]);
-            let ss = ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));
-            (ss, len.div_ceil(16) + 4)
+            lanes_sum(l, &tail[..len - n], len)
         }
 
         /// `out = RNdt(y)` for a row of any length (the FP8 rows' `y_out`).
@@ -863,11 +878,7 @@ pub(crate) mod avx2 {
                 _mm256_storeu_pd(l.as_mut_ptr(), acc[0]);
                 _mm256_storeu_pd(l.as_mut_ptr().add(4), acc[1]);
             }
-            for (a, &v) in l.iter_mut().zip(&tail[..len - n]) {
-                *a += f64::from(v) * f64::from(v);
-            }
-            let s4: [f64; 4] = std::array::from_fn(|k| l[k] + l[k + 4]);
-            ((s4[0] + s4[1]) + (s4[2] + s4[3]), len.div_ceil(8) + 3)
+            lanes_sum(l, &tail[..len - n], len)
         }
 
         /// `out = RNdt(y)` for a row of any length (the FP8 rows' `y_out`).
