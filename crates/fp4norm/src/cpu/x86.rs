@@ -165,6 +165,83 @@ fn lanes_sum<const L: usize>(mut l: [f64; L], tail: &[f32], h: usize) -> (f64, u
     (l[0], h.div_ceil(L) + levels)
 }
 
+/// The FP8 rows' step 1 and `y_out` rounding on a path of `$n` f32 lanes, built from that
+/// path's lane functions (`load_dt`, `widen`, `round`, `add_squares`, …, in scope where it is
+/// invoked), its f32 vector add and its f64 vector store:
+///
+/// - `fp8_step1`: `h = RNdt(x + r)` written back to `r` (or `h = x`) as f32 into `y`, for a
+///   row of any length; the sum of its squares in `$n` f64 lanes (element `$n·j + k` in lane
+///   `k`, the tail's in lanes 0..) and that sum's depth ([`lanes_sum`]);
+/// - `fp8_round_row`: `out = RNdt(y)`, for a row of any length.
+macro_rules! fp8_row_steps {
+    ($features:literal, $n:literal, $add_ps:path, $zero_pd:expr, $store_pd:path) => {
+        #[inline]
+        #[target_feature(enable = $features)]
+        pub(crate) fn fp8_step1<T: Element>(
+            x: &[T],
+            r: Option<&mut [T]>,
+            y: &mut [f32],
+        ) -> (f64, usize) {
+            let len = y.len();
+            let n = len / $n * $n;
+            let mut acc = [$zero_pd; 2];
+            let mut tail = [0f32; $n];
+            match r {
+                Some(r) => {
+                    for ((xa, ra), ya) in arrays::<T, $n>(&x[..n])
+                        .zip(arrays_mut::<T, $n>(&mut r[..n]))
+                        .zip(arrays_mut::<f32, $n>(&mut y[..n]))
+                    {
+                        let (hb, hv) =
+                            round::<T>($add_ps(widen::<T>(load_dt(xa)), widen::<T>(load_dt(ra))));
+                        store_dt(ra, hb);
+                        store_f32(ya, hv);
+                        add_squares(hv, &mut acc);
+                    }
+                    for i in n..len {
+                        let hv = T::round_from_f32(x[i].to_f32() + r[i].to_f32());
+                        r[i] = hv;
+                        y[i] = hv.to_f32();
+                        tail[i - n] = y[i];
+                    }
+                }
+                None => {
+                    for (xa, ya) in arrays::<T, $n>(&x[..n]).zip(arrays_mut::<f32, $n>(&mut y[..n]))
+                    {
+                        let hv = widen::<T>(load_dt(xa));
+                        store_f32(ya, hv);
+                        add_squares(hv, &mut acc);
+                    }
+                    for i in n..len {
+                        y[i] = x[i].to_f32();
+                        tail[i - n] = y[i];
+                    }
+                }
+            }
+            let mut l = [0f64; $n];
+            // SAFETY: two vectors of $n / 2 f64 into an [f64; $n]; acc[0] holds the low half
+            // of each chunk's elements.
+            unsafe {
+                $store_pd(l.as_mut_ptr(), acc[0]);
+                $store_pd(l.as_mut_ptr().add($n / 2), acc[1]);
+            }
+            lanes_sum(l, &tail[..len - n], len)
+        }
+
+        #[inline]
+        #[target_feature(enable = $features)]
+        pub(crate) fn fp8_round_row<T: Element>(y: &[f32], out: &mut [T]) {
+            let n = y.len() / $n * $n;
+            for (ya, oa) in arrays::<f32, $n>(&y[..n]).zip(arrays_mut::<T, $n>(&mut out[..n])) {
+                store_dt(oa, round::<T>(load_f32(ya)).0);
+            }
+            for (o, &v) in out[n..].iter_mut().zip(&y[n..]) {
+                *o = T::round_from_f32(v);
+            }
+        }
+    };
+}
+
 /// The first table entry: `|v| >> 21` of every `|v| < 0.25` is at most this.
 const E2M1_FIRST: u32 = (0.25f32.to_bits() >> 21) - 1;
 
@@ -197,6 +274,14 @@ fn scales_tail(format: Fp4Format, amax: &[u32], gs: f32, codes: &mut [u8], inv: 
 pub(crate) mod avx512 {
     //! 16 f32 lanes; one NVFP4 block per vector.
     use super::*;
+
+    fp8_row_steps!(
+        "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
+        16,
+        _mm512_add_ps,
+        _mm512_setzero_pd(),
+        _mm512_storeu_pd
+    );
 
     macro_rules! kernel {
         ($($item:item)*) => {$(
@@ -449,66 +534,6 @@ pub(crate) mod avx512 {
             scales_tail(format, &amax[n..], gs, &mut codes[n..], &mut inv[n..]);
         }
 
-        /// Step 1 for the FP8 rows, on a row of any length: `h = RNdt(x + r)` written back to
-        /// `r` (or `h = x`), as f32 into `y`; returns the sum of the squares in 16 f64 lanes
-        /// (element `16j + k` in lane `k`, the tail's in lanes 0..) and its depth,
-        /// ceil(H/16) + 4.
-        pub(crate) fn fp8_step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize) {
-            let len = y.len();
-            let n = len / 16 * 16;
-            let mut acc = [_mm512_setzero_pd(); 2];
-            let mut tail = [0f32; 16];
-            match r {
-                Some(r) => {
-                    for ((xa, ra), ya) in arrays::<T, 16>(&x[..n])
-                        .zip(arrays_mut::<T, 16>(&mut r[..n]))
-                        .zip(arrays_mut::<f32, 16>(&mut y[..n]))
-                    {
-                        let sum = _mm512_add_ps(widen::<T>(load_dt(xa)), widen::<T>(load_dt(ra)));
-                        let (hb, hv) = round::<T>(sum);
-                        store_dt(ra, hb);
-                        store_f32(ya, hv);
-                        add_squares(hv, &mut acc);
-                    }
-                    for i in n..len {
-                        let hv = T::round_from_f32(x[i].to_f32() + r[i].to_f32());
-                        r[i] = hv;
-                        y[i] = hv.to_f32();
-                        tail[i - n] = y[i];
-                    }
-                }
-                None => {
-                    for (xa, ya) in arrays::<T, 16>(&x[..n]).zip(arrays_mut::<f32, 16>(&mut y[..n])) {
-                        let hv = widen::<T>(load_dt(xa));
-                        store_f32(ya, hv);
-                        add_squares(hv, &mut acc);
-                    }
-                    for i in n..len {
-                        y[i] = x[i].to_f32();
-                        tail[i - n] = y[i];
-                    }
-                }
-            }
-            let mut l = [0f64; 16];
-            // SAFETY: 2 × 64 bytes into an [f64; 16]; acc[0] holds elements 16j..16j+8.
-            unsafe {
-                _mm512_storeu_pd(l.as_mut_ptr(), acc[0]);
-                _mm512_storeu_pd(l.as_mut_ptr().add(8), acc[1]);
-            }
-            lanes_sum(l, &tail[..len - n], len)
-        }
-
-        /// `out = RNdt(y)` for a row of any length (the FP8 rows' `y_out`).
-        pub(crate) fn fp8_round_row<T: Element>(y: &[f32], out: &mut [T]) {
-            let n = y.len() / 16 * 16;
-            for (ya, oa) in arrays::<f32, 16>(&y[..n]).zip(arrays_mut::<T, 16>(&mut out[..n])) {
-                store_dt(oa, round::<T>(load_f32(ya)).0);
-            }
-            for (o, &v) in out[n..].iter_mut().zip(&y[n..]) {
-                *o = T::round_from_f32(v);
-            }
-        }
-
         /// Every row of one task.
         pub(in super::super) fn rows<T: Element, const B: usize>(
             p: &Problem,
@@ -745,6 +770,14 @@ pub(crate) mod avx2 {
     //! 8 f32 lanes; two (NVFP4) or four (MXFP4) vectors per block.
     use super::*;
 
+    fp8_row_steps!(
+        "avx2,f16c",
+        8,
+        _mm256_add_ps,
+        _mm256_setzero_pd(),
+        _mm256_storeu_pd
+    );
+
     macro_rules! kernel {
         ($($item:item)*) => {$(
             #[inline]
@@ -833,64 +866,6 @@ pub(crate) mod avx2 {
             (l[0] + l[1]) + (l[2] + l[3])
         }
 
-        /// Step 1 for the FP8 rows, on a row of any length (as `avx512::fp8_step1`): the
-        /// sum of the squares in 8 f64 lanes (the tail's in lanes 0..) and its depth,
-        /// ceil(H/8) + 3.
-        pub(crate) fn fp8_step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize) {
-            let len = y.len();
-            let n = len / 8 * 8;
-            let mut acc = [_mm256_setzero_pd(); 2];
-            let mut tail = [0f32; 8];
-            match r {
-                Some(r) => {
-                    for ((xa, ra), ya) in arrays::<T, 8>(&x[..n])
-                        .zip(arrays_mut::<T, 8>(&mut r[..n]))
-                        .zip(arrays_mut::<f32, 8>(&mut y[..n]))
-                    {
-                        let sum = _mm256_add_ps(widen::<T>(load_dt(xa)), widen::<T>(load_dt(ra)));
-                        let (hb, hv) = round::<T>(sum);
-                        store_dt(ra, hb);
-                        store_f32(ya, hv);
-                        add_squares(hv, &mut acc);
-                    }
-                    for i in n..len {
-                        let hv = T::round_from_f32(x[i].to_f32() + r[i].to_f32());
-                        r[i] = hv;
-                        y[i] = hv.to_f32();
-                        tail[i - n] = y[i];
-                    }
-                }
-                None => {
-                    for (xa, ya) in arrays::<T, 8>(&x[..n]).zip(arrays_mut::<f32, 8>(&mut y[..n])) {
-                        let hv = widen::<T>(load_dt(xa));
-                        store_f32(ya, hv);
-                        add_squares(hv, &mut acc);
-                    }
-                    for i in n..len {
-                        y[i] = x[i].to_f32();
-                        tail[i - n] = y[i];
-                    }
-                }
-            }
-            let mut l = [0f64; 8];
-            // SAFETY: 2 × 32 bytes into an [f64; 8]; acc[0] holds elements 8j..8j+4.
-            unsafe {
-                _mm256_storeu_pd(l.as_mut_ptr(), acc[0]);
-                _mm256_storeu_pd(l.as_mut_ptr().add(4), acc[1]);
-            }
-            lanes_sum(l, &tail[..len - n], len)
-        }
-
-        /// `out = RNdt(y)` for a row of any length (the FP8 rows' `y_out`).
-        pub(crate) fn fp8_round_row<T: Element>(y: &[f32], out: &mut [T]) {
-            let n = y.len() / 8 * 8;
-            for (ya, oa) in arrays::<f32, 8>(&y[..n]).zip(arrays_mut::<T, 8>(&mut out[..n])) {
-                store_dt(oa, round::<T>(load_f32(ya)).0);
-            }
-            for (o, &v) in out[n..].iter_mut().zip(&y[n..]) {
-                *o = T::round_from_f32(v);
-            }
-        }
 
         fn e2m1(v: __m256) -> __m256i {
             let bits = _mm256_castps_si256(v);
