@@ -229,7 +229,7 @@ fn process_task<T: Element, const B: usize>(
     let mut y = vec![0f32; h];
     for i in 0..t.rows {
         let row = t.first_row + i;
-        normalize_row(
+        normalize_row::<T, PlainSteps>(
             x.row(row),
             t.residual.as_mut().map(|r| r.row_mut(i)),
             w,
@@ -247,53 +247,102 @@ fn process_task<T: Element, const B: usize>(
     }
 }
 
-/// Steps 1–4 of SPEC.md §1 for one row: `y ← (h · rstd) · w` as f32.
+/// How a path runs the dtype-bound parts of a row: step 1 (`h`, the residual written
+/// back, the sum of squares) and the rounding of `y_out`.
+pub(crate) trait RowSteps {
+    /// `h = RNdt(x + r)` (written back to `r`; `h = x` without one) as f32 into `y`; the
+    /// sum of `h`'s squares and its depth (the most roundings any square went through).
+    fn step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize);
+    /// `out = RNdt(y)`.
+    fn round_row<T: Element>(y: &[f32], out: &mut [T]);
+}
+
+/// Plain loops the compiler vectorises (the portable path).
+pub(crate) struct PlainSteps;
+
+impl RowSteps for PlainSteps {
+    #[inline(always)]
+    fn step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize) {
+        match r {
+            Some(r) => {
+                for ((yi, xi), ri) in y.iter_mut().zip(x).zip(r.iter_mut()) {
+                    let hv = T::round_from_f32(xi.to_f32() + ri.to_f32());
+                    *ri = hv;
+                    *yi = hv.to_f32();
+                }
+            }
+            None => {
+                for (yi, xi) in y.iter_mut().zip(x) {
+                    *yi = xi.to_f32();
+                }
+            }
+        }
+        // Sixteen independent f64 accumulators, so that the loop vectorises.
+        let mut acc = [0f64; 16];
+        let chunks = y.chunks_exact(16);
+        let tail = chunks.remainder();
+        for c in chunks {
+            let c: &[f32; 16] = c.try_into().expect("chunks of 16");
+            for k in 0..16 {
+                let v = c[k] as f64;
+                acc[k] += v * v;
+            }
+        }
+        lanes_sum(acc, tail, y.len())
+    }
+
+    #[inline(always)]
+    fn round_row<T: Element>(y: &[f32], out: &mut [T]) {
+        for (oi, &yi) in out.iter_mut().zip(y) {
+            *oi = T::round_from_f32(yi);
+        }
+    }
+}
+
+/// Steps 1–4 of SPEC.md §1 for one row of the FP4 or FP8 ops, with the biased weights `wb`
+/// (SPEC.md §8): `y ← (h · rstd) · w'` as f32, for any `H` (FP8 per-token and per-tensor
+/// scales allow any).
+/// Where the sum of squares cannot decide the f32 rstd of the exact sum (crate::sumsq),
+/// the exact sum decides.
 #[inline(always)]
-fn normalize_row<T: Element>(
+pub(crate) fn normalize_row<T: Element, S: RowSteps>(
     x: &[T],
     residual: Option<&mut [T]>,
-    w: &[f32],
+    wb: &[f32],
     eps: f32,
     y: &mut [f32],
     y_out: Option<&mut [T]>,
 ) {
-    match residual {
-        Some(r) => {
-            for ((yi, xi), ri) in y.iter_mut().zip(x).zip(r.iter_mut()) {
-                let hv = T::round_from_f32(xi.to_f32() + ri.to_f32());
-                *ri = hv;
-                *yi = hv.to_f32();
-            }
-        }
-        None => {
-            for (yi, xi) in y.iter_mut().zip(x) {
-                *yi = xi.to_f32();
-            }
-        }
-    }
-    // Eight independent f64 accumulators, so that the loop vectorises: an order of our
-    // own, with at most H/8 + 3 roundings on any square's path. Where that sum cannot
-    // decide the f32 rstd of the exact sum (SPEC.md §1.2 as crate::sumsq reads it), the
-    // exact sum decides. H is a multiple of 16, so there is no tail.
-    let mut acc = [0f64; 8];
-    for c in y.chunks_exact(8) {
-        for k in 0..8 {
-            let v = c[k] as f64;
-            acc[k] += v * v;
-        }
-    }
-    let ss = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    let (ss, depth) = S::step1(x, residual, y);
     let h = y.len();
-    let rstd = rstd_if_decided(ss, h / 8 + 3, h, eps)
+    let rstd = rstd_if_decided(ss, depth, h, eps)
         .unwrap_or_else(|| rstd_of_sum(exact_sum_of_squares(y.iter().copied()), h, eps));
-    for (yi, wi) in y.iter_mut().zip(w) {
+    for (yi, &wi) in y.iter_mut().zip(wb) {
         *yi = (*yi * rstd) * wi;
     }
     if let Some(o) = y_out {
-        for (oi, &yi) in o.iter_mut().zip(y.iter()) {
-            *oi = T::round_from_f32(yi);
-        }
+        S::round_row(y, o);
     }
+}
+
+/// The end of a row's sum of squares in `L` f64 lanes (element `L·j + k` in lane `k`), for
+/// a row of `h` elements: the tail's squares (fewer than `L`) into lanes 0.., then log2(L)
+/// levels of pairwise sums. With each lane's own additions, every square goes through at
+/// most ceil(h/L) + log2(L) roundings: the sum and that depth, for `rstd_if_decided`.
+#[inline(always)]
+fn lanes_sum<const L: usize>(mut l: [f64; L], tail: &[f32], h: usize) -> (f64, usize) {
+    for (a, &v) in l.iter_mut().zip(tail) {
+        *a += f64::from(v) * f64::from(v);
+    }
+    let (mut width, mut levels) = (L, 0);
+    while width > 1 {
+        width /= 2;
+        for k in 0..width {
+            l[k] += l[k + width];
+        }
+        levels += 1;
+    }
+    (l[0], h.div_ceil(L) + levels)
 }
 
 /// Steps 5–8 of SPEC.md §1 for one row of `y`: packed codes and one scale code per block.

@@ -36,6 +36,7 @@
 use core::arch::x86_64::*;
 
 use super::isa::Isa;
+use super::lanes_sum;
 use super::Task;
 use crate::reference::block_scale;
 use crate::sumsq::{exact_sum_of_squares, rstd_if_decided, rstd_of_sum};
@@ -143,26 +144,6 @@ fn prefetch_share(c: &RowCtx<'_>, part: usize, parts: usize) {
             }
         }
     }
-}
-
-/// The FP8 rows' step 1 ends here, for a row of `h` elements: the tail's squares (fewer
-/// than `L`) into lanes 0.., then log2(L) levels of pairwise sums. With each lane's own
-/// additions, every square goes through at most ceil(h/L) + log2(L) roundings: the sum and
-/// that depth.
-#[inline(always)]
-fn lanes_sum<const L: usize>(mut l: [f64; L], tail: &[f32], h: usize) -> (f64, usize) {
-    for (a, &v) in l.iter_mut().zip(tail) {
-        *a += f64::from(v) * f64::from(v);
-    }
-    let (mut width, mut levels) = (L, 0);
-    while width > 1 {
-        width /= 2;
-        for k in 0..width {
-            l[k] += l[k + width];
-        }
-        levels += 1;
-    }
-    (l[0], h.div_ceil(L) + levels)
 }
 
 /// The FP8 rows' step 1 and `y_out` rounding on a path of `$n` f32 lanes, built from that

@@ -15,8 +15,9 @@ use super::{
 };
 use crate::codec::{e4m3_encode_select, e5m2_encode_select};
 use crate::cpu::isa::Isa;
+use crate::cpu::{normalize_row, PlainSteps, RowSteps};
 use crate::layout::{swizzled_col_tiles, swizzled_offset, SWIZZLE_ROWS, SWIZZLE_TILE_BYTES};
-use crate::sumsq::{exact_sum_of_squares, rstd_if_decided, rstd_of_sum};
+
 use crate::{Element, Error, MatMut, MatRef};
 
 /// Residual add + RMSNorm + FP8 quantisation (SPEC.md §8) on the CPU.
@@ -533,90 +534,5 @@ fn encode(element: Fp8Element, y: &[f32], inv: f32, q: &mut [u8]) {
                 *qi = e5m2_encode_select(yi * inv);
             }
         }
-    }
-}
-
-/// How a path runs the dtype-bound parts of a row: step 1 (`h`, the residual written
-/// back, the sum of squares) and the rounding of `y_out`.
-trait RowSteps {
-    /// `h = RNdt(x + r)` (written back to `r`; `h = x` without one) as f32 into `y`; the
-    /// sum of `h`'s squares and its depth (the most roundings any square went through).
-    fn step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize);
-    /// `out = RNdt(y)`.
-    fn round_row<T: Element>(y: &[f32], out: &mut [T]);
-}
-
-/// Plain loops the compiler vectorises (the portable path).
-struct PlainSteps;
-
-impl RowSteps for PlainSteps {
-    #[inline(always)]
-    fn step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize) {
-        match r {
-            Some(r) => {
-                for ((yi, xi), ri) in y.iter_mut().zip(x).zip(r.iter_mut()) {
-                    let hv = T::round_from_f32(xi.to_f32() + ri.to_f32());
-                    *ri = hv;
-                    *yi = hv.to_f32();
-                }
-            }
-            None => {
-                for (yi, xi) in y.iter_mut().zip(x) {
-                    *yi = xi.to_f32();
-                }
-            }
-        }
-        // Sixteen independent f64 accumulators, so that the loop vectorises; each gets at
-        // most ceil(H/16) additions, then four levels of pairwise sums.
-        let mut acc = [0f64; 16];
-        let chunks = y.chunks_exact(16);
-        let tail = chunks.remainder();
-        for c in chunks {
-            let c: &[f32; 16] = c.try_into().expect("chunks of 16");
-            for k in 0..16 {
-                let v = c[k] as f64;
-                acc[k] += v * v;
-            }
-        }
-        for (a, &v) in acc.iter_mut().zip(tail) {
-            let v = v as f64;
-            *a += v * v;
-        }
-        let s8: [f64; 8] = std::array::from_fn(|k| acc[k] + acc[k + 8]);
-        let s4: [f64; 4] = std::array::from_fn(|k| s8[k] + s8[k + 4]);
-        let ss = (s4[0] + s4[2]) + (s4[1] + s4[3]);
-        (ss, y.len().div_ceil(16) + 4)
-    }
-
-    #[inline(always)]
-    fn round_row<T: Element>(y: &[f32], out: &mut [T]) {
-        for (oi, &yi) in out.iter_mut().zip(y) {
-            *oi = T::round_from_f32(yi);
-        }
-    }
-}
-
-/// Steps 1–4 of SPEC.md §1 for one row, with the biased weights `wb` (SPEC.md §8):
-/// `y ← (h · rstd) · w'` as f32, for any `H` (per-token and per-tensor scales allow any).
-/// Where the sum of squares cannot decide the f32 rstd of the exact sum (crate::sumsq),
-/// the exact sum decides.
-#[inline(always)]
-fn normalize_row<T: Element, S: RowSteps>(
-    x: &[T],
-    residual: Option<&mut [T]>,
-    wb: &[f32],
-    eps: f32,
-    y: &mut [f32],
-    y_out: Option<&mut [T]>,
-) {
-    let (ss, depth) = S::step1(x, residual, y);
-    let h = y.len();
-    let rstd = rstd_if_decided(ss, depth, h, eps)
-        .unwrap_or_else(|| rstd_of_sum(exact_sum_of_squares(y.iter().copied()), h, eps));
-    for (yi, &wi) in y.iter_mut().zip(wb) {
-        *yi = (*yi * rstd) * wi;
-    }
-    if let Some(o) = y_out {
-        S::round_row(y, o);
     }
 }
