@@ -1,5 +1,6 @@
 //! Hostile input (SPEC.md §5) through the public host API, with proptest: random valid and
-//! invalid calls of `cpu::*`, `reference::*`, `dequantize` and `Problem::new`.
+//! invalid calls of `cpu::*`, `reference::*`, `dequantize` and `Problem::new`, and of their
+//! FP8 siblings in `fp8::` (SPEC.md §8).
 //!
 //! Invariants, asserted by the shared harness (`hostile_harness/`, also the body of the
 //! cargo-fuzz target `fuzz/fuzz_targets/host_api.rs`): nothing panics; a call that returns
@@ -15,7 +16,7 @@ mod hostile_harness;
 
 use fp4norm::layout::{row_major_len, swizzled_len};
 use fp4norm::{DType, Fp4Format, Options, Problem, ScaleLayout};
-use hostile_harness::{check, run_spec, FusedSpec, GsSpec, MatSpec, Outcome};
+use hostile_harness::{check, check_fp8, run_spec, FusedSpec, GsSpec, MatSpec, Outcome};
 use proptest::prelude::*;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -45,6 +46,70 @@ proptest! {
     #[test]
     fn random_bytes_never_panic_and_errors_write_nothing(data in prop::collection::vec(any::<u8>(), 0..256)) {
         check(&data);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(20_000), max_shrink_iters: 2048, ..ProptestConfig::default() })]
+
+    /// FP8 calls decoded from mostly ordinary byte strings.
+    #[test]
+    fn fp8_biased_bytes_never_panic_and_errors_write_nothing(data in biased_bytes(160)) {
+        check_fp8(&data);
+    }
+
+    /// FP8 calls from uniformly random bytes.
+    #[test]
+    fn fp8_random_bytes_never_panic_and_errors_write_nothing(data in prop::collection::vec(any::<u8>(), 0..256)) {
+        check_fp8(&data);
+    }
+}
+
+/// Mostly zero bytes with a random byte about one time in seven, as `biased_bytes`.
+fn sample(rng: &mut StdRng) -> Vec<u8> {
+    let len = rng.random_range(0..160);
+    (0..len)
+        .map(|_| {
+            if rng.random_range(0..7) == 0 {
+                rng.random()
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// The FP8 decoder reaches valid and invalid calls of every scaling, and dequantisation
+/// that succeeds: the FP8 proptests would pass vacuously otherwise.
+#[test]
+fn fp8_decoder_reaches_valid_and_invalid_calls() {
+    let n = cases(10_000) as usize;
+    let mut rng = StdRng::seed_from_u64(0xF8F8_0001);
+    let (mut ok, mut err, mut dynamic_ok, mut dq_ok) = (0, 0, 0, 0);
+    for _ in 0..n {
+        let o = check_fp8(&sample(&mut rng));
+        if o.fused_ok {
+            ok += 1;
+            dynamic_ok += o.dynamic as usize;
+        } else {
+            err += 1;
+        }
+        dq_ok += o.dequant_ok as usize;
+    }
+    let static_ok = ok - dynamic_ok;
+    eprintln!(
+        "fp8 decoder: {n} calls, {ok} Ok ({dynamic_ok} with dynamic scales), {err} Err, {dq_ok} dequantize Ok"
+    );
+    if n >= 500 {
+        for (what, count) in [
+            ("Ok", ok),
+            ("Err", err),
+            ("Ok with dynamic scales", dynamic_ok),
+            ("Ok with a per-tensor scale", static_ok),
+            ("dequantize Ok", dq_ok),
+        ] {
+            assert!(count * 40 >= n, "only {count} of {n} FP8 calls were {what}");
+        }
     }
 }
 

@@ -22,6 +22,9 @@
 //! extra byte can only add a corruption.
 #![allow(dead_code)]
 
+mod fp8;
+pub use fp8::check_fp8;
+
 use fp4norm::codec::{e2m1_decode, e4m3_decode, ue8m0_decode};
 use fp4norm::layout::{row_major_len, swizzled_len, swizzled_offset};
 use fp4norm::{
