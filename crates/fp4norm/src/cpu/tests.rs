@@ -785,6 +785,62 @@ fn fp8_every_path_on_random_shapes() {
     }
 }
 
+/// A few small calls through every path, FP4 and FP8: strided rows, tails shorter than a
+/// vector, every FP8 group and layout once. Small enough for Miri, which runs it with the
+/// AVX2 path's target features enabled (RELIABILITY.md) to check its `unsafe` seams; Miri
+/// cannot execute F16C's conversions, so there it takes bf16 rows only.
+#[test]
+fn every_path_on_small_cases() {
+    let dtypes: &[DType] = if cfg!(miri) {
+        &[DType::BF16]
+    } else {
+        &[DType::BF16, DType::F16]
+    };
+    let mut rng = StdRng::seed_from_u64(0x5A11);
+    for (m, h) in [(3, 48), (2, 80)] {
+        for &dt in dtypes {
+            let c = random_rows(&mut rng, m, h, dt);
+            check(&c, "a small case");
+        }
+    }
+    let fp8 = [
+        (1, 7, Fp8Options::per_tensor(Fp8Element::E4M3, 0.5)),
+        (3, 100, Fp8Options::per_token(Fp8Element::E5M2)),
+        (
+            5,
+            128,
+            Fp8Options::dynamic(
+                Fp8Element::E4M3,
+                Fp8Group::G128,
+                Fp8ScaleFormat::F32_NO_FLOOR,
+                Fp8ScaleLayout::ColumnMajor,
+            ),
+        ),
+        (
+            2,
+            128,
+            Fp8Options::dynamic(
+                Fp8Element::E4M3,
+                Fp8Group::G64,
+                Fp8ScaleFormat::UE8M0,
+                Fp8ScaleLayout::RowMajor,
+            ),
+        ),
+        (3, 96, Fp8Options::mxfp8()),
+    ];
+    for (m, h, opts) in fp8 {
+        for &dt in dtypes {
+            let c = random_rows(&mut rng, m, h, dt);
+            let opts = Fp8Options {
+                eps: c.eps,
+                weight_bias: c.weight_bias,
+                ..opts
+            };
+            fp8_check(&c, &opts, "a small case");
+        }
+    }
+}
+
 #[cfg(all(target_arch = "x86_64", fp4norm_simd))]
 mod lanes {
     //! The SIMD lane functions against the scalar codecs, over every input.
