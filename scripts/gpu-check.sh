@@ -82,7 +82,7 @@ if has tests && [ "${TESTS_EXTRA:-1}" != 0 ]; then
   FP4NORM_PAD_SPREAD=0 "$bin/gpu_fp8" --test-threads=3 > "$out/gpu-fp8-tests-padctas.log" 2>&1
   grep -E "^FAIL|panicked" "$out/gpu-fp8-tests-padctas.log" | head -20
   summary+=("tests, padding rows' own CTAs forced: $(grep 'test result' "$out/gpu-tests-padctas.log" | tail -1), FP8 $(grep 'test result' "$out/gpu-fp8-tests-padctas.log" | tail -1) ($(( $(date +%s) - start ))s)")
-  # The split column-major FP8 write is the default only from 2^24 elements, past the FP8
+  # The split column-major FP8 write is the default only from 2^25 elements, past the FP8
   # sweep: the FP8 suite again with it forced wherever the layout allows it.
   start=$(date +%s)
   FP4NORM_FP8_SCALES_SPLIT=1 "$bin/gpu_fp8" --test-threads=3 > "$out/gpu-fp8-tests-colsplit.log" 2>&1
@@ -242,14 +242,17 @@ if [[ " $modes " == *" nanexp "* ]]; then
 fi
 
 if [[ " $modes " == *" ab "* ]]; then
-  # A/B of variants, timed by one binary in one run: every file of .artifacts/variants/
-  # (or AB_VARIANTS): NAME.cu is a kernel source (FP4NORM_KERNEL_SOURCE), NAME.env a line
-  # of VAR=value settings (measurement knobs, empty for the default); AB_ROUNDS rounds,
-  # round-robin so that drift hits every variant alike; the first variant (sorted) is the
-  # baseline of the ratios. AB_SETS: bench argument sets, one per line.
+  # A/B of variants, timed by one binary in one run: every file of AB_DIR (default
+  # .artifacts/variants; scripts/ab/ holds committed sets) or AB_VARIANTS: NAME.cu is a
+  # kernel source (FP4NORM_KERNEL_SOURCE), NAME.env a line of VAR=value settings
+  # (measurement knobs, empty for the default); AB_ROUNDS rounds, round-robin so that drift
+  # hits every variant alike; the first variant (sorted) is the baseline of the ratios.
+  # AB_SETS, else AB_DIR/sets: bench argument sets, one per line.
   echo "== A/B of kernel variants"
   : > "$out/ab.log"
-  variants=${AB_VARIANTS:-$(ls .artifacts/variants/*.cu .artifacts/variants/*.env 2>/dev/null | sort)}
+  ab_dir=${AB_DIR:-.artifacts/variants}
+  variants=${AB_VARIANTS:-$(ls "$ab_dir"/*.cu "$ab_dir"/*.env 2>/dev/null | sort)}
+  [ -z "${AB_SETS:-}" ] && [ -f "$ab_dir/sets" ] && AB_SETS=$(cat "$ab_dir/sets")
   sets=${AB_SETS:-"--m 1,16 --h 2048,4096,5120,8192 --layout row-major
 --m 128 --h 8192 --layout row-major
 --m 1024 --h 4096 --layout row-major
