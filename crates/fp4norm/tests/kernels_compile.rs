@@ -460,6 +460,115 @@ fn blackwell_family_targets_compile_without_spills() {
     );
 }
 
+/// The pre-Hopper targets (A100 sm_80; L40S and RTX 40x0 sm_89, which add the hardware FP8
+/// conversions): no clusters, software E2M1. The kernels such a GPU launches build without
+/// spills: a sixteenth of the cluster-free fused kernels of the sm_90 list
+/// (`FP4NORM_COMPILE_STRIDE=ARCH:N` sets another), every other kernel, and a quarter of the
+/// part's own shapes for models' calls (FP4 and FP8, `DeviceLimits::part`; a fourth of N).
+#[test]
+fn pre_hopper_targets_compile_without_spills() {
+    if !nvrtc_present() {
+        return;
+    }
+    let only = std::env::var("FP4NORM_COMPILE_ARCHS").ok();
+    // As `Gpu` builds them there: the NaN fix-up compiled in, and no split column-major
+    // scale write (its second kernel waits with PDL, which needs sm_90).
+    let pre_hopper = |mut c: KernelConfig| {
+        c.hw_canonical_nan = false;
+        if let Some(f) = c.fp8.as_mut() {
+            f.split_scales = false;
+        }
+        c
+    };
+    let sm90: Vec<KernelConfig> = configs(false)
+        .into_iter()
+        .chain(model_configs(false))
+        .filter(|c| c.cluster <= 1)
+        .map(pre_hopper)
+        .collect();
+    let mut failures = Vec::new();
+    let mut counts = Vec::new();
+    for part in ["a100", "l40s"] {
+        let (arch, limits) = DeviceLimits::part(part).expect("known part");
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|a| a == arch))
+        {
+            continue;
+        }
+        let stride = if std::env::var("FP4NORM_COMPILE_STRIDE").is_ok_and(|v| v.contains(arch)) {
+            compile_stride(arch)
+        } else {
+            16
+        };
+        let mut seen = BTreeSet::new();
+        let mut cfgs: Vec<KernelConfig> = sm90
+            .iter()
+            .filter(|c| sampled(arch, c, stride))
+            .copied()
+            .filter(|c| seen.insert(c.describe()))
+            .collect();
+        let sampled_count = cfgs.len();
+        for h in MODEL_HIDDEN_SIZES {
+            for m in MODEL_ROWS {
+                let mut own = Vec::new();
+                for format in fp4norm::Fp4Format::ALL {
+                    for layout in [fp4norm::ScaleLayout::RowMajor, fp4norm::ScaleLayout::Both] {
+                        let opts = fp4norm::Options::default().with_format(format);
+                        let p = fp4norm::Problem::new(m, h, fp4norm::DType::BF16, layout, &opts)
+                            .expect("valid problem");
+                        let gs = fp4norm::cuda::GsMode::Uniform;
+                        own.push(pre_hopper(KernelConfig::fused(
+                            &p, gs, true, false, &limits,
+                        )));
+                    }
+                }
+                for scaling in sweep::fp8::scalings() {
+                    let c = sweep::fp8::base(
+                        fp4norm::DType::BF16,
+                        m,
+                        h,
+                        fp4norm::fp8::Fp8Element::E4M3,
+                        scaling,
+                    );
+                    own.push(pre_hopper(c.config(&limits)));
+                }
+                for cfg in own {
+                    assert!(
+                        cfg.cluster <= 1
+                            && cfg.block_threads() * cfg.min_ctas_per_sm()
+                                <= limits.max_threads_per_sm,
+                        "{part}: {}",
+                        cfg.describe()
+                    );
+                    for k in [Some(cfg), cfg.second_pass()].into_iter().flatten() {
+                        if sampled(arch, &k, stride.div_ceil(4)) && seen.insert(k.describe()) {
+                            cfgs.push(k);
+                        }
+                    }
+                }
+            }
+        }
+        let (f, summary) = compile_all(arch, &cfgs);
+        failures.extend(f);
+        counts.push(format!(
+            "{part} ({sampled_count} of the sm_90 list, {} own shapes): {summary}",
+            cfgs.len() - sampled_count
+        ));
+    }
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "kernel compile check, pre-Hopper targets: {}",
+        counts.join("; ")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} kernel specialisations failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// The kernels of models' own calls, which the sweep's hidden sizes (chosen for kernel
 /// paths) do not all reach, less those of [`configs`]: bf16 rows of the hidden sizes of
 /// common LLMs at decode and prefill row counts (each bucket of the launch table), residual

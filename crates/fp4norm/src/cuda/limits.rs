@@ -81,13 +81,14 @@ impl DeviceLimits {
     /// The limits of a GPU by name, from NVIDIA's published figures, for planning and
     /// testing launches on parts not at hand, with the NVRTC target fp4norm compiles for
     /// them: `"h200"`, `"b200"` (sm_100a), `"b300"` (sm_103a), `"rtx5090"` and
-    /// `"rtx-pro-6000"` (sm_120a), `"gb10"` (sm_121a), `"a100"` (sm_80, no clusters).
+    /// `"rtx-pro-6000"` (sm_120a), `"gb10"` (sm_121a), `"a100"` (sm_80, no clusters),
+    /// `"l40s"` (sm_89, no clusters).
     pub fn part(name: &str) -> Option<(&'static str, DeviceLimits)> {
         let h = DeviceLimits::H200;
-        // Every Blackwell part: 64 K registers and 48 KiB of static shared memory per CTA,
-        // portable clusters of 8; sm_12x has 1536 threads per SM.
+        // Every part: 64 K registers and 48 KiB of static shared memory per CTA; portable
+        // clusters of 8 from sm_90 on, none before; sm_89 and sm_12x have 1536 threads per SM.
         #[rustfmt::skip]
-        let parts: [(&str, &str, DeviceLimits); 7] = [
+        let parts: [(&str, &str, DeviceLimits); 8] = [
             ("h200", "sm_90", h),
             ("b200", "sm_100a", DeviceLimits { sm_count: 148, l2_bytes: 126 << 20, ..h }),
             ("b300", "sm_103a", DeviceLimits { sm_count: 160, l2_bytes: 126 << 20, ..h }),
@@ -95,6 +96,7 @@ impl DeviceLimits {
             ("rtx-pro-6000", "sm_120a", DeviceLimits { sm_count: 188, max_threads_per_sm: 1536, l2_bytes: 128 << 20, ..h }),
             ("gb10", "sm_121a", DeviceLimits { sm_count: 48, max_threads_per_sm: 1536, l2_bytes: 24 << 20, ..h }),
             ("a100", "sm_80", DeviceLimits { sm_count: 108, max_cluster: 1, l2_bytes: 40 << 20, ..h }),
+            ("l40s", "sm_89", DeviceLimits { sm_count: 142, max_threads_per_sm: 1536, max_cluster: 1, l2_bytes: 96 << 20, ..h }),
         ];
         parts
             .into_iter()
@@ -103,7 +105,7 @@ impl DeviceLimits {
     }
 
     /// The names [`DeviceLimits::part`] knows.
-    pub const PARTS: [&'static str; 7] = [
+    pub const PARTS: [&'static str; 8] = [
         "h200",
         "b200",
         "b300",
@@ -111,6 +113,7 @@ impl DeviceLimits {
         "rtx-pro-6000",
         "gb10",
         "a100",
+        "l40s",
     ];
 
     /// Whether the device launches thread-block clusters.

@@ -172,8 +172,12 @@ __device__ __forceinline__ u32 add_pair(u32 x, u32 r) {
     u32 d;
 #if FP4_F16
     asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(r));
-#else
+#elif __CUDA_ARCH__ >= 900
     asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(r));
+#else
+    // No packed bf16 add before sm_90: the f32 sums rounded to bf16 are the same values.
+    return f32x2_to_elem(elem_to_f32(x & 0xFFFFu) + elem_to_f32(r & 0xFFFFu),
+                         elem_to_f32(x >> 16) + elem_to_f32(r >> 16));
 #endif
     return canonical_nan2(d);
 }

@@ -1071,8 +1071,13 @@ __device__ __noinline__ void demote_kept_column_scales(const Fp4NormParams* p, i
 
 // The launch bound's minimum of resident CTAs per SM: decided by the host
 // (KernelConfig::min_ctas_per_sm, src/cuda/kernel/config.rs), which also sizes the L2
-// prefetch's resident wave from it.
+// prefetch's resident wave from it. Before sm_90 (no packed bf16 arithmetic) the same rows
+// need more registers: at most as many CTAs as leave 64 registers a thread, or they spill.
+#if __CUDA_ARCH__ < 900 && FP4_MIN_CTAS * FP4_G * FP4_R > 1024
+#define MIN_CTAS_PER_SM (1024 / (FP4_G * FP4_R))
+#else
 #define MIN_CTAS_PER_SM FP4_MIN_CTAS
+#endif
 extern "C" __global__ void __launch_bounds__(FP4_G * FP4_R, MIN_CTAS_PER_SM)
 fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
     const RowPlace at = row_place();
