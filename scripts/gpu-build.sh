@@ -4,7 +4,7 @@
 #   .artifacts/bin/        release test binaries (gpu, gpu_fp8, gpu_allreduce, gpu_nccl) and the fp4norm CLI
 #   .artifacts/kcache.tgz  sm_90 cubins of every sweep kernel (so the GPU machine compiles nothing)
 #   .artifacts/wheel/      the Python module's wheel (pip wheel .)
-#   .artifacts/peers/      the Triton/torch.compile speed peer, where ../shared/peers has it
+#   .artifacts/peers/      the Triton/torch.compile speed peer of the FP4 op (scripts/triton_peer.py)
 #   .artifacts/flashinfer/ FlashInfer's fp4 norm test files, when FLASHINFER_SRC names a checkout
 # Then, there: `bash scripts/gpu-check.sh [tests|sanitize|bench|python|peers|all]`.
 set -euo pipefail
@@ -54,7 +54,7 @@ echo "== the Python module's wheel"
 rm -rf .artifacts/wheel
 python3 -m pip wheel -q --no-deps . -w .artifacts/wheel
 
-if [ -d ../shared/peers ]; then cp ../shared/peers/*.py .artifacts/peers/; fi
+cp scripts/triton_peer.py .artifacts/peers/
 rm -rf .artifacts/flashinfer
 if [ -n "${FLASHINFER_SRC:-}" ]; then
   mkdir -p .artifacts/flashinfer/tests/norm

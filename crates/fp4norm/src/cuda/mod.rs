@@ -32,6 +32,10 @@ use cudarc::driver::{
     DeviceRepr, SyncOnDrop,
 };
 
+/// The cudarc this backend is built on: the safe GPU API takes its streams and device
+/// buffers, so callers use these types without a cudarc dependency of their own to keep in
+/// step.
+pub use cudarc;
 pub use kernel::GsMode;
 use kernel::KernelConfig;
 pub use limits::DeviceLimits;
