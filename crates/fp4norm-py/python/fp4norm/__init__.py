@@ -710,8 +710,22 @@ def rmsnorm_mxfp8quant(
 
 
 def allreduce_add_rmsnorm_fp8quant(
-    inputs: Any, residual: Array, weight: Array, out: Optional[Array] = None,
-    scales_out: Optional[Array] = None, eps: float = 1e-6, **options: Any,
+    inputs: Any,
+    residual: Array,
+    weight: Array,
+    out: Optional[Array] = None,
+    scales_out: Optional[Array] = None,
+    eps: float = 1e-6,
+    *,
+    scale: Union[Array, float, None] = None,
+    element: Optional[str] = None,
+    group: Union[str, int, None] = None,
+    scale_format: Optional[str] = None,
+    scale_layout: Optional[str] = None,
+    s_min: Optional[float] = None,
+    y_out: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
+    weight_bias: Optional[float] = None,
 ) -> Tuple[Array, Array]:
     """The tensor-parallel all-reduce fused in front of :func:`add_rmsnorm_fp8quant`
     (SPEC.md §9, then §8), over the ranks' inputs gathered on this device, as
@@ -723,9 +737,9 @@ def allreduce_add_rmsnorm_fp8quant(
     ``residual`` (updated in place to ``sum + residual``), ``weight`` and outputs: every rank
     that calls it with the same inputs writes the same bytes, those of
     :func:`fp4norm.reference.allreduce_add_rmsnorm_fp8quant`. ``out``, ``scales_out``,
-    ``eps`` and the keyword-only ``options`` (``scale``, ``element``, ``group``,
-    ``scale_format``, ``scale_layout``, ``s_min``, ``y_out``, ``enable_pdl``,
-    ``weight_bias``) are :func:`add_rmsnorm_fp8quant`'s, with its defaults and results.
+    ``eps`` and the keyword-only ``scale``, ``element``, ``group``, ``scale_format``,
+    ``scale_layout``, ``s_min``, ``y_out``, ``enable_pdl`` and ``weight_bias`` are
+    :func:`add_rmsnorm_fp8quant`'s, with its defaults and results.
 
     On CUDA tensors one kernel reads every rank's input (e.g. the rows of an all-gather:
     :func:`fp4norm.distributed.allreduce_add_rmsnorm_fp8quant`) and does it all; on host
@@ -737,14 +751,18 @@ def allreduce_add_rmsnorm_fp8quant(
     """
     _api.require_residual(residual)
     inputs = _api.rank_inputs(inputs, 8)
+    options = dict(
+        scale=scale, element=element, group=group, scale_format=scale_format,
+        scale_layout=scale_layout, s_min=s_min, y_out=y_out, enable_pdl=enable_pdl,
+        weight_bias=weight_bias,
+    )
     if isinstance(inputs[0], _Tensor):
         tensors = _torch_ops.rank_tensors(inputs)
         return _torch_ops.quant(
             tensors[0], residual, weight, out, scales_out, eps, inputs=tensors, **options
         )
     written = (
-        (out, "out"), (scales_out, "scales_out"), (residual, "residual"),
-        (options.get("y_out"), "y_out"),
+        (out, "out"), (scales_out, "scales_out"), (residual, "residual"), (y_out, "y_out"),
     )
     return add_rmsnorm_fp8quant(
         _api.allreduce_sum(inputs, written), residual, weight, out, scales_out, eps, **options
@@ -752,16 +770,24 @@ def allreduce_add_rmsnorm_fp8quant(
 
 
 def allreduce_add_rmsnorm_mxfp8quant(
-    inputs: Any, residual: Array, weight: Array, out: Optional[Array] = None,
-    scales_out: Optional[Array] = None, eps: float = 1e-6, **options: Any,
+    inputs: Any,
+    residual: Array,
+    weight: Array,
+    out: Optional[Array] = None,
+    scales_out: Optional[Array] = None,
+    eps: float = 1e-6,
+    *,
+    scale_layout: str = "swizzled",
+    y_out: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
+    weight_bias: Optional[float] = None,
 ) -> Tuple[Array, Array]:
     """MXFP8 behind the fused all-reduce: :func:`allreduce_add_rmsnorm_fp8quant` with
-    E4M3 elements and UE8M0 scales per group of 32, as :func:`add_rmsnorm_mxfp8quant`
-    (whose keyword-only ``scale_layout``, default ``"swizzled"``, ``y_out``, ``enable_pdl``
-    and ``weight_bias`` are the ``options``)."""
-    options.setdefault("scale_layout", "swizzled")
+    E4M3 elements and UE8M0 scales per group of 32, with :func:`add_rmsnorm_mxfp8quant`'s
+    keyword-only arguments."""
     return allreduce_add_rmsnorm_fp8quant(
-        inputs, residual, weight, out, scales_out, eps, **options, **_MXFP8
+        inputs, residual, weight, out, scales_out, eps, scale_layout=scale_layout,
+        y_out=y_out, enable_pdl=enable_pdl, weight_bias=weight_bias, **_MXFP8,
     )
 
 
