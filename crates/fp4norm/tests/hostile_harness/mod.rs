@@ -438,20 +438,14 @@ fn invoke<T: Element>(s: &FusedSpec, b: &mut Buffers<T>, be: Backend) -> Result<
         rm,
         sw,
     } = b;
-    let xv = MatRef::with_stride(&x[..], s.x.rows, s.x.cols, s.x.stride).map_err(CallErr::View)?;
-    let rv = match &s.residual {
-        Some(r) => Some(
-            MatMut::with_stride(&mut residual[..], r.rows, r.cols, r.stride)
-                .map_err(CallErr::View)?,
-        ),
-        None => None,
-    };
-    let yv = match &s.y_out {
-        Some(y) => Some(
-            MatMut::with_stride(&mut y_out[..], y.rows, y.cols, y.stride).map_err(CallErr::View)?,
-        ),
-        None => None,
-    };
+    let (xv, rv, yv) = views(
+        x,
+        &s.x,
+        residual,
+        s.residual.as_ref(),
+        y_out,
+        s.y_out.as_ref(),
+    )?;
     let scales = match s.layout {
         ScaleLayout::RowMajor => ScaleOut::RowMajor(&mut rm[..]),
         ScaleLayout::Swizzled => ScaleOut::Swizzled(&mut sw[..]),
@@ -484,6 +478,59 @@ fn invoke<T: Element>(s: &FusedSpec, b: &mut Buffers<T>, be: Backend) -> Result<
     r.map_err(CallErr::Op)
 }
 
+/// The input, residual and y_out views of one call, as its specs shape them.
+type Views<'a, T> = (MatRef<'a, T>, Option<MatMut<'a, T>>, Option<MatMut<'a, T>>);
+
+fn views<'a, T: Element>(
+    x: &'a [T],
+    x_spec: &MatSpec,
+    residual: &'a mut [T],
+    residual_spec: Option<&MatSpec>,
+    y_out: &'a mut [T],
+    y_out_spec: Option<&MatSpec>,
+) -> Result<Views<'a, T>, CallErr> {
+    let xv =
+        MatRef::with_stride(x, x_spec.rows, x_spec.cols, x_spec.stride).map_err(CallErr::View)?;
+    let view = |buf: &'a mut [T], spec: Option<&MatSpec>| {
+        spec.map(|v| MatMut::with_stride(buf, v.rows, v.cols, v.stride).map_err(CallErr::View))
+            .transpose()
+    };
+    Ok((xv, view(residual, residual_spec)?, view(y_out, y_out_spec)?))
+}
+
+/// Both backends refused a call: the same error, neither wrote a byte (`a_kept`, `b_kept`:
+/// their buffers equal the snapshot), and the message says something.
+fn refused_alike(
+    ea: &CallErr,
+    eb: &CallErr,
+    a_kept: bool,
+    b_kept: bool,
+    call: &dyn std::fmt::Debug,
+) {
+    assert_eq!(
+        format!("{ea:?}"),
+        format!("{eb:?}"),
+        "cpu and reference disagree on the error"
+    );
+    assert!(a_kept, "cpu wrote before returning {ea:?}\n{call:?}");
+    assert!(b_kept, "reference wrote before returning {eb:?}\n{call:?}");
+    let (CallErr::View(e) | CallErr::Op(e)) = ea;
+    assert!(!e.to_string().is_empty());
+}
+
+/// Only a view's rows are written: the strided gaps of `after` keep `before`'s bytes.
+fn gaps_kept<T: Element>(before: &[T], after: &[T], view: Option<&MatSpec>) {
+    if let Some(v) = view {
+        for i in outside_view(before.len(), v) {
+            assert_eq!(
+                after[i].to_bits(),
+                before[i].to_bits(),
+                "gap element {i} written"
+            );
+        }
+    }
+}
+
 /// Elements of a `len`-element buffer outside the rows of a `rows × cols` view.
 fn outside_view(len: usize, v: &MatSpec) -> Vec<usize> {
     let mut inside = vec![false; len];
@@ -513,22 +560,7 @@ fn run_fused<T: Element>(s: &FusedSpec) -> Outcome {
     let rb = invoke(s, &mut b, Backend::Reference);
     match (&ra, &rb) {
         (Err(ea), Err(eb)) => {
-            assert_eq!(
-                format!("{ea:?}"),
-                format!("{eb:?}"),
-                "cpu and reference disagree on the error"
-            );
-            assert!(
-                a.same_bytes(&before),
-                "cpu wrote before returning {ea:?}\n{s:?}"
-            );
-            assert!(
-                b.same_bytes(&before),
-                "reference wrote before returning {eb:?}\n{s:?}"
-            );
-            // The message is built without panicking and says something.
-            let (CallErr::View(e) | CallErr::Op(e)) = ea;
-            assert!(!e.to_string().is_empty());
+            refused_alike(ea, eb, a.same_bytes(&before), b.same_bytes(&before), s);
             Outcome {
                 view_err: matches!(ea, CallErr::View(_)),
                 ..Outcome::default()
@@ -536,17 +568,8 @@ fn run_fused<T: Element>(s: &FusedSpec) -> Outcome {
         }
         (Ok(()), Ok(())) => {
             assert!(a.same_bytes(&b), "cpu and reference outputs differ\n{s:?}");
-            // Only the views' rows are written: strided gaps keep their bytes.
-            if let Some(r) = &s.residual {
-                for i in outside_view(before.residual.len(), r) {
-                    assert_eq!(a.residual[i].to_bits(), before.residual[i].to_bits());
-                }
-            }
-            if let Some(y) = &s.y_out {
-                for i in outside_view(before.y_out.len(), y) {
-                    assert_eq!(a.y_out[i].to_bits(), before.y_out[i].to_bits());
-                }
-            }
+            gaps_kept(&before.residual, &a.residual, s.residual.as_ref());
+            gaps_kept(&before.y_out, &a.y_out, s.y_out.as_ref());
             if s.m == 0 {
                 assert!(a.same_bytes(&before), "M = 0 wrote something\n{s:?}");
             }
