@@ -416,7 +416,10 @@ impl RawCall {
         }
         ranges.retain(|r| !r.is_empty());
         check_overlaps(&ranges)?;
-        let rows_aligned = |mat: &RawMat| mat.ptr % 16 == 0 && (mat.row_stride * e) % 16 == 0;
+        // The byte stride mod 16, wrapping: exact (2^64 is a multiple of 16), and a stride no
+        // row uses (M <= 1) may be any value, so its product may not fit.
+        let rows_aligned =
+            |mat: &RawMat| mat.ptr % 16 == 0 && mat.row_stride.wrapping_mul(e) % 16 == 0;
         let vector_aligned = rows_aligned(&self.x)
             && self.residual.as_ref().is_none_or(rows_aligned)
             && self.y_out.as_ref().is_none_or(rows_aligned)

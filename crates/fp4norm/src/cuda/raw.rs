@@ -224,7 +224,8 @@ fn check_peers(
         check_ptr("a rank's buffer", b, e)?;
         *vector_aligned &= b % 16 == 0;
     }
-    *vector_aligned &= (peers.row_stride * e) % 16 == 0;
+    // Wrapping, as in `RawCall::validate`: a stride no row uses may be any value.
+    *vector_aligned &= peers.row_stride.wrapping_mul(e) % 16 == 0;
     for &s in peers.signal_pads {
         check_ptr("a signal pad", s, 4)?;
     }

@@ -172,7 +172,9 @@ impl RawFp8Call {
         }
         ranges.retain(|r| !r.is_empty());
         check_overlaps(&ranges)?;
-        let rows_aligned = |mat: &RawMat| mat.ptr % 16 == 0 && (mat.row_stride * e) % 16 == 0;
+        // Wrapping, as in `RawCall::validate`: a stride no row uses may be any value.
+        let rows_aligned =
+            |mat: &RawMat| mat.ptr % 16 == 0 && mat.row_stride.wrapping_mul(e) % 16 == 0;
         let vector_aligned = rows_aligned(&self.x)
             && self.residual.as_ref().is_none_or(rows_aligned)
             && self.y_out.as_ref().is_none_or(rows_aligned)
