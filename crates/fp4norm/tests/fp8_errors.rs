@@ -262,6 +262,42 @@ fn valid_setups_succeed() {
     }
 }
 
+/// `fp8::validate` returns the call's own problem: with or without the residual and
+/// `y_out`, and SPEC.md §6's byte count for exactly those buffers (1-byte codes, 2-byte
+/// bf16, 4-byte f32 scales here: per token, one scale a row).
+#[test]
+fn validate_returns_the_calls_problem() {
+    let (m, h) = (5usize, 64usize);
+    let opts = Fp8Options::per_token(Fp8Element::E4M3);
+    let x = vec![bf16::ONE; m * h];
+    let w = vec![bf16::ONE; h];
+    for (with_residual, with_y_out) in [(true, false), (false, false), (true, true), (false, true)]
+    {
+        let mut r = vec![bf16::ONE; m * h];
+        let mut y = vec![bf16::ZERO; m * h];
+        let mut q = vec![0u8; m * h];
+        let mut sc = vec![0f32; m];
+        let residual = with_residual.then(|| MatMut::new(&mut r, m, h).unwrap());
+        let out = Fp8Out {
+            q: &mut q,
+            scales: Fp8Scales::F32(&mut sc),
+            y_out: with_y_out.then(|| MatMut::new(&mut y, m, h).unwrap()),
+        };
+        let x = MatRef::new(&x, m, h).unwrap();
+        let p = fp8::validate(&x, residual.as_ref(), &w, &out, &opts).unwrap();
+        assert_eq!((p.has_residual, p.has_y_out), (with_residual, with_y_out));
+        let mh = (m * h) as u64;
+        let io = if with_residual { 3 } else { 1 };
+        let want =
+            mh * io * 2 + h as u64 * 2 + mh + 4 * m as u64 + if with_y_out { mh * 2 } else { 0 };
+        assert_eq!(
+            p.bytes_moved(),
+            want,
+            "residual {with_residual}, y_out {with_y_out}"
+        );
+    }
+}
+
 #[test]
 fn hidden_size_zero() {
     for s in kinds() {
