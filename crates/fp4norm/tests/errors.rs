@@ -1037,3 +1037,89 @@ fn display_messages_name_the_thing_to_change() {
         let _: Box<dyn std::error::Error + Send + Sync> = Box::new(e);
     }
 }
+
+/// The raw validator's own rules, without an engine behind it. The host engine rebuilds
+/// safe views after validating (their constructors repeat the stride rule), so only the
+/// CUDA raw entry relies on these checks, and its tests need a GPU: here they run alone.
+#[test]
+fn raw_validator_rules_without_an_engine() {
+    use fp4norm::{RawBuf, RawCall, RawGlobalScale, RawMat, ScaleOut};
+    let (m, h) = (2usize, 64usize);
+    let x = vec![bf16::ONE; m * h];
+    let w = vec![bf16::ONE; h];
+    let mut q = vec![0u8; m * h / 2];
+    let mut rm = vec![0u8; m * h / 16];
+    let addr = |p: *const u8| p as usize as u64;
+    let (xa, wa) = (addr(x.as_ptr().cast()), addr(w.as_ptr().cast()));
+    let (qa, rma) = (addr(q.as_mut_ptr()), addr(rm.as_mut_ptr()));
+    let mat = |ptr, rows, stride| RawMat {
+        ptr,
+        rows,
+        cols: h,
+        row_stride: stride,
+        len: Some(m * h),
+    };
+    let call = |x: RawMat, q: RawBuf, rm: RawBuf| RawCall {
+        dtype: DType::BF16,
+        residual: None,
+        weight: RawBuf::new(wa, h),
+        scales: ScaleOut::RowMajor(rm),
+        y_out: None,
+        global_scale: RawGlobalScale::from_count(wa, 1),
+        options: Options::nvfp4(),
+        x,
+        y_fp4: q,
+    };
+    let rows = |r: usize| (RawBuf::new(qa, r * h / 2), RawBuf::new(rma, r * h / 16));
+    // Rows closer than a row's length: refused, naming the stride.
+    let (qb, rb) = rows(2);
+    let e = call(mat(xa, 2, h - 1), qb, rb).validate().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::StrideTooSmall {
+                name: "input",
+                stride: 63,
+                cols: 64
+            }
+        ),
+        "{e:?}"
+    );
+    // One row: its stride is never used, so any stride is accepted.
+    for stride in [0, 1, h - 1, usize::MAX] {
+        let (qb, rb) = rows(1);
+        call(mat(xa, 1, stride), qb, rb).validate().unwrap();
+    }
+    // No rows: empty views may point anywhere, inside another argument's bytes too.
+    call(
+        mat(wa + 16, 0, h),
+        RawBuf::new(wa + 32, 0),
+        RawBuf::new(wa + 48, 0),
+    )
+    .validate()
+    .unwrap();
+    // One global scale for every row; more is one per row (and must be M).
+    assert!(matches!(
+        RawGlobalScale::from_count(wa, 1),
+        RawGlobalScale::Uniform(_)
+    ));
+    assert!(matches!(
+        RawGlobalScale::from_count(wa, 2),
+        RawGlobalScale::PerRow(_)
+    ));
+    let (qb, rb) = rows(2);
+    let mut c = call(mat(xa, 2, h), qb, rb);
+    c.global_scale = RawGlobalScale::from_count(wa, 3);
+    assert!(c.validate().is_err(), "3 global scales for 2 rows");
+    // Other ranks' inputs (the fused all-reduce) may share bytes with this call's inputs,
+    // not with what it writes.
+    let (qb, rb) = rows(2);
+    let checked = call(mat(xa, 2, h), qb, rb).validate().unwrap();
+    let rank = |ptr| RawMat::contiguous(ptr, m, h);
+    let x2 = vec![bf16::ONE; m * h];
+    let x2a = addr(x2.as_ptr().cast());
+    fp4norm::raw::check_rank_inputs(&checked.ranges, DType::BF16, &[rank(xa), rank(x2a)]).unwrap();
+    let e = fp4norm::raw::check_rank_inputs(&checked.ranges, DType::BF16, &[rank(xa), rank(qa)])
+        .unwrap_err();
+    assert!(matches!(e, Error::Overlap { .. }), "{e:?}");
+}
