@@ -264,22 +264,35 @@ def rmsnorm_fp8quant(
 
 
 def allreduce_add_rmsnorm_fp8quant(
-    inputs: Any, residual: Array, weight: Array, out: Optional[Array] = None,
-    scales_out: Optional[Array] = None, eps: float = 1e-6, **options: Any,
+    inputs: Any,
+    residual: Array,
+    weight: Array,
+    out: Optional[Array] = None,
+    scales_out: Optional[Array] = None,
+    eps: float = 1e-6,
+    *,
+    scale: Union[Array, float, None] = None,
+    element: Optional[str] = None,
+    group: Union[str, int, None] = None,
+    scale_format: Optional[str] = None,
+    scale_layout: Optional[str] = None,
+    s_min: Optional[float] = None,
+    y_out: Optional[Array] = None,
+    enable_pdl: Optional[bool] = None,
+    weight_bias: Optional[float] = None,
 ) -> Tuple[Array, Array]:
     """SPEC.md §9 in front of §8 (``fp4norm::fp8::reference::allreduce_add_rmsnorm_fp8quant``
     in Rust): the ranks' ``inputs`` (a list of host arrays, rank order) summed in float32 one
     addition at a time and rounded once to the dtype, then :func:`add_rmsnorm_fp8quant` on
-    that sum with this rank's ``residual``, ``weight`` and outputs; ``out``, ``scales_out``,
-    ``eps`` and the keyword-only ``options`` are its. The contract every transport of the
-    fused all-reduce must match, byte for byte."""
+    that sum with this rank's ``residual``, ``weight`` and outputs; every other argument is
+    its. The contract every transport of the fused all-reduce must match, byte for byte."""
     _api.require_residual(residual)
-    written = (
-        (out, "out"), (scales_out, "scales_out"), (residual, "residual"),
-        (options.get("y_out"), "y_out"),
-    )
+    written = ((out, "out"), (scales_out, "scales_out"), (residual, "residual"), (y_out, "y_out"))
     return add_rmsnorm_fp8quant(
-        _api.allreduce_sum(inputs, written), residual, weight, out, scales_out, eps, **options
+        _api.allreduce_sum(inputs, written), residual, weight, out, scales_out, eps,
+        scale=scale, element=element, group=group, scale_format=scale_format,
+        scale_layout=scale_layout, s_min=s_min, y_out=y_out, enable_pdl=enable_pdl,
+        weight_bias=weight_bias,
     )
 
 
