@@ -327,6 +327,21 @@ fn compile_stride(arch: &str) -> usize {
         .unwrap_or(1)
 }
 
+/// [`compile_stride`] where `FP4NORM_COMPILE_STRIDE` names `arch`, else `default`.
+fn stride_or(arch: &str, default: usize) -> usize {
+    if std::env::var("FP4NORM_COMPILE_STRIDE").is_ok_and(|v| v.contains(arch)) {
+        compile_stride(arch)
+    } else {
+        default
+    }
+}
+
+/// Whether the check covers `arch`: `FP4NORM_COMPILE_ARCHS=sm_90,...` limits it to the
+/// targets it names (the device build script and CI's older-NVRTC step use it); unset, all.
+fn arch_wanted(arch: &str) -> bool {
+    std::env::var("FP4NORM_COMPILE_ARCHS").map_or(true, |o| o.split(',').any(|a| a == arch))
+}
+
 /// Whether `cfg` is in `arch`'s sample of one fused kernel in `stride` (every other kernel
 /// always is). The sample is drawn by a hash of the target and the specialisation, not by
 /// position: the list is built in nested loops, so every Nth entry would keep the same
@@ -379,23 +394,15 @@ fn blackwell_family_targets_compile_without_spills() {
         );
         return;
     }
-    let only = std::env::var("FP4NORM_COMPILE_ARCHS").ok();
     let all = configs(true);
     let mut failures = Vec::new();
     let mut counts = Vec::new();
     for arch in ["sm_103a", "sm_110a", "sm_120a", "sm_121a"] {
-        if only
-            .as_deref()
-            .is_some_and(|o| !o.split(',').any(|a| a == arch))
-        {
+        if !arch_wanted(arch) {
             continue;
         }
         // A sixteenth of the fused kernels by default (FP4NORM_COMPILE_STRIDE=ARCH:N sets it).
-        let stride = if std::env::var("FP4NORM_COMPILE_STRIDE").is_ok_and(|v| v.contains(arch)) {
-            compile_stride(arch)
-        } else {
-            16
-        };
+        let stride = stride_or(arch, 16);
         let cfgs: Vec<KernelConfig> = all
             .iter()
             .filter(|c| sampled(arch, c, stride))
@@ -412,10 +419,7 @@ fn blackwell_family_targets_compile_without_spills() {
     // shapes on these and smaller limits for every size).
     for part in ["b200", "b300", "rtx5090", "rtx-pro-6000", "gb10"] {
         let (arch, limits) = DeviceLimits::part(part).expect("known part");
-        if only
-            .as_deref()
-            .is_some_and(|o| !o.split(',').any(|a| a == arch))
-        {
+        if !arch_wanted(arch) {
             continue;
         }
         let mut seen = BTreeSet::new();
@@ -470,7 +474,6 @@ fn pre_hopper_targets_compile_without_spills() {
     if !nvrtc_present() {
         return;
     }
-    let only = std::env::var("FP4NORM_COMPILE_ARCHS").ok();
     // As `Gpu` builds them there: the NaN fix-up compiled in, and no split column-major
     // scale write (its second kernel waits with PDL, which needs sm_90).
     let pre_hopper = |mut c: KernelConfig| {
@@ -490,17 +493,10 @@ fn pre_hopper_targets_compile_without_spills() {
     let mut counts = Vec::new();
     for part in ["a100", "l40s"] {
         let (arch, limits) = DeviceLimits::part(part).expect("known part");
-        if only
-            .as_deref()
-            .is_some_and(|o| !o.split(',').any(|a| a == arch))
-        {
+        if !arch_wanted(arch) {
             continue;
         }
-        let stride = if std::env::var("FP4NORM_COMPILE_STRIDE").is_ok_and(|v| v.contains(arch)) {
-            compile_stride(arch)
-        } else {
-            16
-        };
+        let stride = stride_or(arch, 16);
         let mut seen = BTreeSet::new();
         let mut cfgs: Vec<KernelConfig> = sm90
             .iter()
@@ -626,13 +622,8 @@ fn check_without_spills(what: &str, configs: fn(bool) -> Vec<KernelConfig>) {
     }
     let mut failures = Vec::new();
     let mut counts = Vec::new();
-    // FP4NORM_COMPILE_ARCHS=sm_90 limits the check (the device build script uses it).
-    let only = std::env::var("FP4NORM_COMPILE_ARCHS").ok();
     for (arch, hw) in [("sm_90", false), ("sm_100a", true)] {
-        if only
-            .as_deref()
-            .is_some_and(|o| !o.split(',').any(|a| a == arch))
-        {
+        if !arch_wanted(arch) {
             continue;
         }
         let stride = compile_stride(arch);
