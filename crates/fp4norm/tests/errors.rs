@@ -1123,3 +1123,137 @@ fn raw_validator_rules_without_an_engine() {
         .unwrap_err();
     assert!(matches!(e, Error::Overlap { .. }), "{e:?}");
 }
+
+/// The validator's verdict on vector access, the one flag only the CUDA entry reads (its
+/// fast path loads 16-byte vectors and stores 4-byte scale words): true exactly when every
+/// row start, row stride, the weight, `y_fp4` (4 bytes) and swizzled scales (4 bytes) allow
+/// it. Row-major scales are stored byte by byte, so their alignment does not matter. The
+/// addresses are never dereferenced.
+#[test]
+fn raw_validator_says_which_calls_take_vector_access() {
+    use fp4norm::{RawBuf, RawCall, RawGlobalScale, RawMat, ScaleOut};
+    let (m, h) = (2usize, 64usize);
+    // Disjoint, 4 KiB-aligned homes; a test shifts one buffer off its alignment.
+    let home = |k: u64| 0x10_0000 + k * 0x1000;
+    let mat = |ptr: u64, stride: usize| RawMat {
+        ptr,
+        rows: m,
+        cols: h,
+        row_stride: stride,
+        len: None,
+    };
+    let aligned = || RawCall {
+        dtype: DType::BF16,
+        x: mat(home(0), h),
+        residual: Some(mat(home(1), h)),
+        weight: RawBuf::new(home(2), h),
+        y_fp4: RawBuf::new(home(3), m * h / 2),
+        scales: ScaleOut::Both {
+            row_major: RawBuf::new(home(4), m * h / 16),
+            swizzled: RawBuf::new(home(5), swizzled_len(m, h / 16).unwrap()),
+        },
+        y_out: Some(mat(home(6), h)),
+        global_scale: RawGlobalScale::from_count(home(7), 1),
+        options: Options::nvfp4(),
+    };
+    let verdict = |c: RawCall| c.validate().unwrap().vector_aligned;
+    assert!(verdict(aligned()), "every buffer aligned");
+    type Shift = fn(&mut RawCall);
+    let cases: [(&str, Shift, bool); 13] = [
+        ("input 2 bytes off", |c| c.x.ptr += 2, false),
+        (
+            "input stride 16 bytes longer",
+            |c| c.x.row_stride += 8,
+            true,
+        ),
+        (
+            "input stride 2 bytes longer",
+            |c| c.x.row_stride += 1,
+            false,
+        ),
+        (
+            "residual 2 bytes off",
+            |c| c.residual.as_mut().unwrap().ptr += 2,
+            false,
+        ),
+        (
+            "residual stride 2 bytes longer",
+            |c| c.residual.as_mut().unwrap().row_stride += 1,
+            false,
+        ),
+        (
+            "y_out 2 bytes off",
+            |c| c.y_out.as_mut().unwrap().ptr += 2,
+            false,
+        ),
+        (
+            "y_out stride 2 bytes longer",
+            |c| c.y_out.as_mut().unwrap().row_stride += 1,
+            false,
+        ),
+        ("weight 2 bytes off", |c| c.weight.ptr += 2, false),
+        ("y_fp4 2 bytes off", |c| c.y_fp4.ptr += 2, false),
+        ("y_fp4 4 bytes off", |c| c.y_fp4.ptr += 4, true),
+        (
+            "row-major scales 1 byte off",
+            |c| {
+                if let ScaleOut::Both { row_major, .. } = &mut c.scales {
+                    row_major.ptr += 1;
+                }
+            },
+            true,
+        ),
+        (
+            "swizzled scales 2 bytes off",
+            |c| {
+                if let ScaleOut::Both { swizzled, .. } = &mut c.scales {
+                    swizzled.ptr += 2;
+                }
+            },
+            false,
+        ),
+        (
+            "no residual, no y_out",
+            |c| (c.residual, c.y_out) = (None, None),
+            true,
+        ),
+    ];
+    for (what, shift, want) in cases {
+        let mut c = aligned();
+        shift(&mut c);
+        assert_eq!(verdict(c), want, "{what}");
+    }
+}
+
+/// Written buffers may touch but not share a byte, in either order of the validator's
+/// list: `y_fp4` right before or right after the scales of one allocation is a valid call,
+/// one byte of overlap is refused.
+#[test]
+fn raw_validator_lets_buffers_touch() {
+    use fp4norm::{RawBuf, RawCall, RawGlobalScale, RawMat, ScaleOut};
+    let (m, h) = (2usize, 64usize);
+    let (q_len, s_len) = (m * h / 2, m * h / 16);
+    let base = 0x20_0000u64;
+    let call = |q: u64, s: u64| RawCall {
+        dtype: DType::BF16,
+        x: RawMat::contiguous(0x10_0000, m, h),
+        residual: None,
+        weight: RawBuf::new(0x18_0000, h),
+        y_fp4: RawBuf::new(q, q_len),
+        scales: ScaleOut::RowMajor(RawBuf::new(s, s_len)),
+        y_out: None,
+        global_scale: RawGlobalScale::from_count(0x1C_0000, 1),
+        options: Options::nvfp4(),
+    };
+    let (q_len, s_len) = (q_len as u64, s_len as u64);
+    call(base, base + q_len)
+        .validate()
+        .expect("scales right after y_fp4");
+    call(base + s_len, base)
+        .validate()
+        .expect("y_fp4 right after the scales");
+    for (q, s) in [(base, base + q_len - 1), (base + s_len - 1, base)] {
+        let e = call(q, s).validate().unwrap_err();
+        assert!(matches!(e, Error::Overlap { .. }), "{e:?}");
+    }
+}

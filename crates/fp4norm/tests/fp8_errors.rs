@@ -690,3 +690,97 @@ fn dequantize_bad_inputs() {
     .with_weight_bias(f32::INFINITY);
     fp8::dequantize(m, h, &odd, &q, Fp8ScalesIn::F32(&sf), &mut ok).unwrap();
 }
+
+/// The FP8 validator's verdict on vector access, the flag only the CUDA entry reads: true
+/// exactly when every row start and stride and the weight allow 16-byte vectors, `q` 8-byte
+/// stores and the dynamic scales 4-byte ones. The addresses are never dereferenced.
+#[test]
+fn raw_validator_says_which_calls_take_vector_access() {
+    use fp4norm::fp8::RawFp8Call;
+    use fp4norm::{RawBuf, RawMat};
+    let (m, h) = (2usize, 64usize);
+    let home = |k: u64| 0x10_0000 + k * 0x1000;
+    let mat = |ptr: u64| RawMat {
+        ptr,
+        rows: m,
+        cols: h,
+        row_stride: h,
+        len: None,
+    };
+    let aligned = || RawFp8Call {
+        dtype: DType::BF16,
+        x: mat(home(0)),
+        residual: Some(mat(home(1))),
+        weight: RawBuf::new(home(2), h),
+        q: RawBuf::new(home(3), m * h),
+        scales: Some(RawBuf::new(home(4), m)),
+        static_scale: None,
+        y_out: Some(mat(home(5))),
+        options: Fp8Options::per_token(Fp8Element::E4M3),
+    };
+    let verdict = |c: RawFp8Call| c.validate().unwrap().vector_aligned;
+    assert!(verdict(aligned()), "every buffer aligned");
+    type Shift = fn(&mut RawFp8Call);
+    let cases: [(&str, Shift, bool); 12] = [
+        ("input 2 bytes off", |c| c.x.ptr += 2, false),
+        (
+            "input stride 16 bytes longer",
+            |c| c.x.row_stride += 8,
+            true,
+        ),
+        (
+            "input stride 2 bytes longer",
+            |c| c.x.row_stride += 1,
+            false,
+        ),
+        (
+            "residual 2 bytes off",
+            |c| c.residual.as_mut().unwrap().ptr += 2,
+            false,
+        ),
+        (
+            "residual stride 2 bytes longer",
+            |c| c.residual.as_mut().unwrap().row_stride += 1,
+            false,
+        ),
+        (
+            "y_out 2 bytes off",
+            |c| c.y_out.as_mut().unwrap().ptr += 2,
+            false,
+        ),
+        (
+            "y_out stride 2 bytes longer",
+            |c| c.y_out.as_mut().unwrap().row_stride += 1,
+            false,
+        ),
+        ("weight 2 bytes off", |c| c.weight.ptr += 2, false),
+        ("q 4 bytes off", |c| c.q.ptr += 4, false),
+        ("q 8 bytes off", |c| c.q.ptr += 8, true),
+        (
+            "scales 4 bytes off",
+            |c| c.scales.as_mut().unwrap().ptr += 4,
+            true,
+        ),
+        (
+            "no residual, no y_out",
+            |c| (c.residual, c.y_out) = (None, None),
+            true,
+        ),
+    ];
+    for (what, shift, want) in cases {
+        let mut c = aligned();
+        shift(&mut c);
+        assert_eq!(verdict(c), want, "{what}");
+    }
+    // UE8M0 scales are bytes: the kernel stores them in 4-byte words, so one byte off is not
+    // vector access (f32 scales cannot be one byte off: the validator refuses them).
+    let mut c = aligned();
+    c.options = Fp8Options::dynamic(
+        Fp8Element::E4M3,
+        Fp8Group::PerToken,
+        Fp8ScaleFormat::UE8M0,
+        Fp8ScaleLayout::RowMajor,
+    );
+    c.scales = Some(RawBuf::new(home(4) + 1, m));
+    assert!(!verdict(c), "UE8M0 scales 1 byte off");
+}
