@@ -637,7 +637,27 @@ fn gpu_fp8_allreduce_peer_ranks_on_streams_match_the_reference() {
     let main = g.context().new_stream().unwrap();
     let streams: Vec<Arc<CudaStream>> = (0..8).map(|_| g.context().new_stream().unwrap()).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed() ^ 0xf89ee7);
-    let cases = sweep::fp8::peer_fp8_cases();
+    let mut cases = sweep::fp8::peer_fp8_cases();
+    // With the swizzled padding rows' own CTAs forced (`FP4NORM_PAD_SPREAD=0`), a swizzled
+    // call's grid covers 128 rows, and W such grids cannot all be resident on one GPU: those
+    // cases would wait for each other until the peers' timeout traps. Left out, saying so.
+    if std::env::var("FP4NORM_PAD_SPREAD").is_ok_and(|v| v == "0") {
+        let before = cases.len();
+        cases.retain(|(_, c)| {
+            !matches!(
+                c.options.scaling,
+                Fp8Scaling::Dynamic {
+                    layout: fp8::Fp8ScaleLayout::Swizzled,
+                    ..
+                }
+            )
+        });
+        println!(
+            "SKIPPED {} of {before} FP8 peer-access cases: swizzled, with FP4NORM_PAD_SPREAD=0 \
+             their ranks' grids cannot all be resident on one GPU",
+            before - cases.len()
+        );
+    }
     let mut failures = Vec::new();
     for (nr, c) in &cases {
         let res = match c.dtype {
