@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a working tree carrying .artifacts/ (see gpu-build.sh).
-# Usage: bash scripts/gpu-check.sh [selftest] [tests] [exactpath] [concurrency] [sanitize] [bench] [layouts] [python] [example] [peers] [all]
+# Usage: bash scripts/gpu-check.sh [selftest] [tests] [cli] [exactpath] [concurrency] [sanitize] [bench] [layouts] [python] [example] [peers] [all]
 #        bash scripts/gpu-check.sh tune | nanexp | ab | ncu   (measurements, not in `all`)
 #        bash scripts/gpu-check.sh report   (every table of BENCHMARKS.md in one run: tests, main
 #        table, layouts, y_out, f16, PDL chain, Triton peer -> $OUT/report.tgz + report.md)
@@ -174,6 +174,35 @@ PY
     # The bytes of the one case fp4norm's exact numerics fail, with the test's own data.
     python3 scripts/flashinfer-parity/numerics_case.py 4 64 cuda 2>&1 | tee "$out/flashinfer-numerics-case.txt"
   fi
+fi
+
+if has cli; then
+  # The CLI's CUDA paths end to end: every subcommand on the GPU, then the device rules,
+  # each of which must end in a clear error (exit status 1 or 2, no panic).
+  echo "== the CLI on CUDA: info, verify, bench, tune, bad devices"
+  start=$(date +%s)
+  cli_ok=0 cli_bad=0
+  cli() {  # cli EXPECT NAME ARGS...: EXPECT is ok (status 0) or error (status 1 or 2, no panic)
+    local expect=$1 name=$2; shift 2
+    "$@" > "$out/cli-$name.log" 2>&1; local rc=$?
+    if [ "$expect" = ok ] && [ $rc = 0 ] || { [ "$expect" = error ] && { [ $rc = 1 ] || [ $rc = 2 ]; } && ! grep -q panicked "$out/cli-$name.log"; }; then
+      cli_ok=$((cli_ok + 1)); echo "cli $name: as expected (status $rc)"
+    else
+      cli_bad=$((cli_bad + 1)); echo "cli $name: UNEXPECTED (status $rc, wanted $expect)"; tail -5 "$out/cli-$name.log"
+    fi
+    [ "$expect" = error ] && tail -1 "$out/cli-$name.log"
+    return 0
+  }
+  cli ok info "$bin/fp4norm" info
+  cli ok verify "$bin/fp4norm" verify --device cuda ${CLI_VERIFY_ARGS:---cases 200}   # e.g. "--group fp8 --cases 50"
+  cli ok bench "$bin/fp4norm" bench --device cuda --m 1,4096 --h 4096 --format nvfp4,mxfp4,fp8-token,mxfp8 --copy-mib 256
+  cli ok tune "$bin/fp4norm" tune --h 4096 --dtype bf16 --dry-run
+  cli error bench-device-9 env FP4NORM_DEVICE=9 "$bin/fp4norm" bench --device cuda --m 1 --h 4096
+  cli error auto-device-x env FP4NORM_DEVICE=x "$bin/fp4norm" bench --m 1 --h 4096
+  cli error verify-device-9 env FP4NORM_DEVICE=9 "$bin/fp4norm" verify --device cuda --group fp8-random
+  cli error tune-device-9 "$bin/fp4norm" tune --device 9 --h 4096 --dry-run
+  cli error bench-h-odd "$bin/fp4norm" bench --device cuda --m 1 --h 4097
+  summary+=("cli: $cli_ok as expected, $cli_bad not ($(( $(date +%s) - start ))s)")
 fi
 
 if has example; then
