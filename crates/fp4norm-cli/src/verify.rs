@@ -20,6 +20,7 @@ use fp4norm::codec::e4m3_decode;
 use fp4norm::{DType, Fp4Format, Options, ScaleLayout};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
 
 use crate::args;
 use crate::backend::{self, Backend, Device, HostBackend};
@@ -346,10 +347,16 @@ pub fn run(a: VerifyArgs) -> Result<bool, CliError> {
             };
             left -= size;
             let cases = (g.make)(&mut rng, size);
-            for (i, case) in cases.iter().enumerate() {
+            // The oracle's results for the whole batch first, a case per thread (the
+            // reference is scalar); every backend is compared with the same results.
+            let oracle: Vec<Run> = cases
+                .par_iter()
+                .map(|case| run_on(&HostBackend::reference(), case))
+                .collect();
+            for (i, (case, expected)) in cases.iter().zip(&oracle).enumerate() {
                 let ci = n_cases + i;
                 for b in &backends {
-                    let verdict = check_case(case, g.expect_error, &**b);
+                    let verdict = check_case(case, expected, g.expect_error, &**b);
                     let label = format!("{}#{ci} {}: {}", g.name, b.name(), case.describe());
                     match verdict {
                         Verdict::Pass => {
@@ -402,10 +409,11 @@ pub fn run(a: VerifyArgs) -> Result<bool, CliError> {
     Ok(failed == 0)
 }
 
-fn run_on(
-    b: &dyn Backend,
-    case: &Case,
-) -> (Result<(), String>, Option<fp4norm::Error>, Option<Outputs>) {
+/// One call's result on one backend: success or the error (its text and, where the op
+/// returned it, the error itself), and the outputs as the call left them.
+type Run = (Result<(), String>, Option<fp4norm::Error>, Option<Outputs>);
+
+fn run_on(b: &dyn Backend, case: &Case) -> Run {
     match b.prepare(case) {
         Err(e) => (Err(e.to_string()), None, None),
         Ok(mut p) => {
@@ -439,9 +447,9 @@ fn run_on(
     }
 }
 
-fn check_case(case: &Case, expect_error: bool, b: &dyn Backend) -> Verdict {
-    let reference = HostBackend::reference();
-    let (ref_res, _, ref_out) = run_on(&reference, case);
+/// `b`'s verdict on `case`, against the reference's run of it (`expected`).
+fn check_case(case: &Case, expected: &Run, expect_error: bool, b: &dyn Backend) -> Verdict {
+    let (ref_res, _, ref_out) = expected;
     let (got_res, got_err, got_out) = run_on(b, case);
     let initial = match Outputs::initial(case) {
         Ok(o) => o,
@@ -457,7 +465,7 @@ fn check_case(case: &Case, expect_error: bool, b: &dyn Backend) -> Verdict {
             Verdict::Fail("the reference accepted a call that must be rejected".into())
         }
         (Ok(()), Ok(())) => match (ref_out, got_out) {
-            (Some(e), Some(g)) => match compare(case, &e, &g) {
+            (Some(e), Some(g)) => match compare(case, e, &g) {
                 None => Verdict::Pass,
                 Some(m) => Verdict::Fail(m.to_string()),
             },
@@ -474,7 +482,7 @@ fn check_case(case: &Case, expect_error: bool, b: &dyn Backend) -> Verdict {
             b.name()
         )),
         (Err(_), Err(_)) => {
-            match untouched(&ref_out, "the reference").or_else(|| untouched(&got_out, b.name())) {
+            match untouched(ref_out, "the reference").or_else(|| untouched(&got_out, b.name())) {
                 None => Verdict::Pass,
                 Some(why) => Verdict::Fail(why),
             }

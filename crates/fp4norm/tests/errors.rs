@@ -1257,3 +1257,59 @@ fn raw_validator_lets_buffers_touch() {
         assert!(matches!(e, Error::Overlap { .. }), "{e:?}");
     }
 }
+
+/// `RawDequant::validate`'s rules that only the CUDA entry relies on (the host entry
+/// rebuilds safe views, whose constructors repeat them): no rows check nothing else; with
+/// rows, `out` may not overlap the codes, the global scale is checked only where the scales
+/// use it (E4M3), and vector access needs `y_fp4` 4-byte aligned. Never dereferenced.
+#[test]
+fn raw_dequant_validator_rules_without_an_engine() {
+    use fp4norm::{RawBuf, RawDequant, RawGlobalScale, ScaleOut};
+    let h = 64usize;
+    let call = |m: usize, format: Fp4Format, q: u64, out: u64, gs: u64| RawDequant {
+        m,
+        h,
+        format,
+        y_fp4: RawBuf::new(q, m * h / 2),
+        scales: ScaleOut::RowMajor(RawBuf::new(0x30_0000, m * h / format.block_size())),
+        global_scale: RawGlobalScale::from_count(gs, 1),
+        out: RawBuf::new(out, m * h),
+    };
+    let (q, out, gs) = (0x10_0000u64, 0x20_0000u64, 0x40_0000u64);
+    // No rows: an empty call, whatever its (empty) buffers share.
+    let c = call(0, Fp4Format::NVFP4, q, q, gs).validate().unwrap();
+    assert!(c.ranges.is_empty() && c.vector_aligned);
+    // Rows: out over the codes is refused.
+    let e = call(2, Fp4Format::NVFP4, q, q, gs).validate().unwrap_err();
+    assert!(matches!(e, Error::Overlap { .. }), "{e:?}");
+    // A misaligned global scale: refused for NVFP4, ignored by MXFP4 (UE8M0 scales).
+    let e = call(2, Fp4Format::NVFP4, q, out, gs + 2)
+        .validate()
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Misaligned {
+                name: "global_scale",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    call(2, Fp4Format::MXFP4, q, out, gs + 2)
+        .validate()
+        .unwrap();
+    // Vector access: y_fp4 at 4 bytes, not 2.
+    assert!(
+        call(2, Fp4Format::NVFP4, q + 4, out, gs)
+            .validate()
+            .unwrap()
+            .vector_aligned
+    );
+    assert!(
+        !call(2, Fp4Format::NVFP4, q + 2, out, gs)
+            .validate()
+            .unwrap()
+            .vector_aligned
+    );
+}
