@@ -1124,6 +1124,53 @@ fn raw_validator_rules_without_an_engine() {
     assert!(matches!(e, Error::Overlap { .. }), "{e:?}");
 }
 
+/// A change to one buffer or stride of a raw call `C`, named, with the vector-access verdict
+/// the validator must then give.
+type Shift<C> = (&'static str, fn(&mut C), bool);
+
+/// The shifts of the row views and the weight with the verdict each must give, alike for
+/// both raw calls (their fields of these names have the same types): a row start or stride
+/// off 16 bytes, or the weight's start, takes vector access away.
+macro_rules! row_view_shifts {
+    ($call:ty) => {{
+        let shifts: [Shift<$call>; 8] = [
+            ("input 2 bytes off", |c| c.x.ptr += 2, false),
+            (
+                "input stride 16 bytes longer",
+                |c| c.x.row_stride += 8,
+                true,
+            ),
+            (
+                "input stride 2 bytes longer",
+                |c| c.x.row_stride += 1,
+                false,
+            ),
+            (
+                "residual 2 bytes off",
+                |c| c.residual.as_mut().unwrap().ptr += 2,
+                false,
+            ),
+            (
+                "residual stride 2 bytes longer",
+                |c| c.residual.as_mut().unwrap().row_stride += 1,
+                false,
+            ),
+            (
+                "y_out 2 bytes off",
+                |c| c.y_out.as_mut().unwrap().ptr += 2,
+                false,
+            ),
+            (
+                "y_out stride 2 bytes longer",
+                |c| c.y_out.as_mut().unwrap().row_stride += 1,
+                false,
+            ),
+            ("weight 2 bytes off", |c| c.weight.ptr += 2, false),
+        ];
+        shifts
+    }};
+}
+
 /// The validator's verdict on vector access, the one flag only the CUDA entry reads (its
 /// fast path loads 16-byte vectors and stores 4-byte scale words): true exactly when every
 /// row start, row stride, the weight, `y_fp4` (4 bytes) and swizzled scales (4 bytes) allow
@@ -1157,41 +1204,8 @@ fn raw_validator_says_which_calls_take_vector_access() {
         options: Options::nvfp4(),
     };
     let verdict = |c: RawCall| c.validate().unwrap().vector_aligned;
-    assert!(verdict(aligned()), "every buffer aligned");
-    type Shift = fn(&mut RawCall);
-    let cases: [(&str, Shift, bool); 13] = [
-        ("input 2 bytes off", |c| c.x.ptr += 2, false),
-        (
-            "input stride 16 bytes longer",
-            |c| c.x.row_stride += 8,
-            true,
-        ),
-        (
-            "input stride 2 bytes longer",
-            |c| c.x.row_stride += 1,
-            false,
-        ),
-        (
-            "residual 2 bytes off",
-            |c| c.residual.as_mut().unwrap().ptr += 2,
-            false,
-        ),
-        (
-            "residual stride 2 bytes longer",
-            |c| c.residual.as_mut().unwrap().row_stride += 1,
-            false,
-        ),
-        (
-            "y_out 2 bytes off",
-            |c| c.y_out.as_mut().unwrap().ptr += 2,
-            false,
-        ),
-        (
-            "y_out stride 2 bytes longer",
-            |c| c.y_out.as_mut().unwrap().row_stride += 1,
-            false,
-        ),
-        ("weight 2 bytes off", |c| c.weight.ptr += 2, false),
+    let mut cases = row_view_shifts!(RawCall).to_vec();
+    cases.extend::<[Shift<RawCall>; 5]>([
         ("y_fp4 2 bytes off", |c| c.y_fp4.ptr += 2, false),
         ("y_fp4 4 bytes off", |c| c.y_fp4.ptr += 4, true),
         (
@@ -1217,12 +1231,8 @@ fn raw_validator_says_which_calls_take_vector_access() {
             |c| (c.residual, c.y_out) = (None, None),
             true,
         ),
-    ];
-    for (what, shift, want) in cases {
-        let mut c = aligned();
-        shift(&mut c);
-        assert_eq!(verdict(c), want, "{what}");
-    }
+    ]);
+    vector_access_verdicts(aligned, verdict, &cases);
 }
 
 /// Written buffers may touch but not share a byte, in either order of the validator's
@@ -1312,4 +1322,78 @@ fn raw_dequant_validator_rules_without_an_engine() {
             .unwrap()
             .vector_aligned
     );
+}
+
+/// The raw validators' verdict on vector access for `aligned()` (which must allow it) and
+/// for each case, which shifts one buffer or stride of it and says what the verdict must be.
+fn vector_access_verdicts<C>(
+    aligned: impl Fn() -> C,
+    verdict: impl Fn(C) -> bool,
+    cases: &[Shift<C>],
+) {
+    assert!(verdict(aligned()), "every buffer aligned");
+    for (what, shift, want) in cases {
+        let mut c = aligned();
+        shift(&mut c);
+        assert_eq!(verdict(c), *want, "{what}");
+    }
+}
+
+/// The FP8 validator's verdict on vector access, the flag only the CUDA entry reads: true
+/// exactly when every row start and stride and the weight allow 16-byte vectors, `q` 8-byte
+/// stores and the dynamic scales 4-byte ones. The addresses are never dereferenced.
+#[test]
+fn raw_fp8_validator_says_which_calls_take_vector_access() {
+    use fp4norm::fp8::{
+        Fp8Element, Fp8Group, Fp8Options, Fp8ScaleFormat, Fp8ScaleLayout, RawFp8Call,
+    };
+    use fp4norm::{RawBuf, RawMat};
+    let (m, h) = (2usize, 64usize);
+    let home = |k: u64| 0x10_0000 + k * 0x1000;
+    let mat = |ptr: u64| RawMat {
+        ptr,
+        rows: m,
+        cols: h,
+        row_stride: h,
+        len: None,
+    };
+    let aligned = || RawFp8Call {
+        dtype: DType::BF16,
+        x: mat(home(0)),
+        residual: Some(mat(home(1))),
+        weight: RawBuf::new(home(2), h),
+        q: RawBuf::new(home(3), m * h),
+        scales: Some(RawBuf::new(home(4), m)),
+        static_scale: None,
+        y_out: Some(mat(home(5))),
+        options: Fp8Options::per_token(Fp8Element::E4M3),
+    };
+    let verdict = |c: RawFp8Call| c.validate().unwrap().vector_aligned;
+    let mut cases = row_view_shifts!(RawFp8Call).to_vec();
+    cases.extend::<[Shift<RawFp8Call>; 4]>([
+        ("q 4 bytes off", |c| c.q.ptr += 4, false),
+        ("q 8 bytes off", |c| c.q.ptr += 8, true),
+        (
+            "scales 4 bytes off",
+            |c| c.scales.as_mut().unwrap().ptr += 4,
+            true,
+        ),
+        (
+            "no residual, no y_out",
+            |c| (c.residual, c.y_out) = (None, None),
+            true,
+        ),
+    ]);
+    vector_access_verdicts(aligned, verdict, &cases);
+    // UE8M0 scales are bytes: the kernel stores them in 4-byte words, so one byte off is not
+    // vector access (f32 scales cannot be one byte off: the validator refuses them).
+    let mut c = aligned();
+    c.options = Fp8Options::dynamic(
+        Fp8Element::E4M3,
+        Fp8Group::PerToken,
+        Fp8ScaleFormat::UE8M0,
+        Fp8ScaleLayout::RowMajor,
+    );
+    c.scales = Some(RawBuf::new(home(4) + 1, m));
+    assert!(!verdict(c), "UE8M0 scales 1 byte off");
 }
