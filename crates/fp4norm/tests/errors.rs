@@ -1397,3 +1397,69 @@ fn raw_fp8_validator_says_which_calls_take_vector_access() {
     c.scales = Some(RawBuf::new(home(4) + 1, m));
     assert!(!verdict(c), "UE8M0 scales 1 byte off");
 }
+
+/// `RawFp8Call::validate`'s rules that only the CUDA entry relies on (the host entry
+/// rebuilds safe views, whose constructors repeat them): the problem it returns carries the
+/// call's residual and y_out (the kernel's configuration and §6's byte count follow them),
+/// a static scale by address is one f32, and written buffers may touch but not overlap
+/// anything. Never dereferenced.
+#[test]
+fn raw_fp8_validator_rules_without_an_engine() {
+    use fp4norm::fp8::{Fp8Element, Fp8Options, RawFp8Call};
+    use fp4norm::{RawBuf, RawMat};
+    let (m, h) = (2usize, 64usize);
+    let home = |k: u64| 0x10_0000 + k * 0x1000;
+    let call = |residual: bool, y_out: bool| RawFp8Call {
+        dtype: DType::BF16,
+        x: RawMat::contiguous(home(0), m, h),
+        residual: residual.then(|| RawMat::contiguous(home(1), m, h)),
+        weight: RawBuf::new(home(2), h),
+        q: RawBuf::new(home(3), m * h),
+        scales: Some(RawBuf::new(home(4), m)),
+        static_scale: None,
+        y_out: y_out.then(|| RawMat::contiguous(home(5), m, h)),
+        options: Fp8Options::per_token(Fp8Element::E4M3),
+    };
+    for (residual, y_out) in [(false, false), (true, false), (false, true), (true, true)] {
+        let p = call(residual, y_out).validate().unwrap().problem;
+        assert_eq!((p.has_residual, p.has_y_out), (residual, y_out));
+        let mh = (m * h) as u64;
+        let want = mh * if residual { 6 } else { 2 }
+            + 2 * h as u64
+            + mh
+            + 4 * m as u64
+            + if y_out { 2 * mh } else { 0 };
+        assert_eq!(p.bytes_moved(), want, "residual {residual}, y_out {y_out}");
+    }
+    // A static scale by address: one f32 (a per-tensor call).
+    let per_tensor = |len: Option<usize>| RawFp8Call {
+        scales: None,
+        static_scale: Some(RawBuf { ptr: home(6), len }),
+        options: Fp8Options::per_tensor(Fp8Element::E4M3, 1.0),
+        ..call(true, false)
+    };
+    per_tensor(Some(1)).validate().unwrap();
+    per_tensor(None).validate().unwrap();
+    let e = per_tensor(Some(2)).validate().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::GlobalScaleLength {
+                expected: 1,
+                got: 2
+            }
+        ),
+        "{e:?}"
+    );
+    // Codes over the input: refused; codes right before or after the scales: accepted.
+    let mut c = call(true, false);
+    c.q.ptr = home(0);
+    let e = c.validate().unwrap_err();
+    assert!(matches!(e, Error::Overlap { .. }), "{e:?}");
+    let (q_len, s_len) = ((m * h) as u64, 4 * m as u64);
+    for (q, s) in [(home(3), home(3) + q_len), (home(3) + s_len, home(3))] {
+        let mut c = call(true, false);
+        (c.q.ptr, c.scales.as_mut().unwrap().ptr) = (q, s);
+        c.validate().unwrap();
+    }
+}
