@@ -1431,7 +1431,8 @@ fn row4(v: [f32; 3]) -> Vec<f32> {
 // Bytes moved (SPEC.md §6)
 // ---------------------------------------------------------------------------------------
 
-/// `bytes = M·H·3·e + H·e + M·H/2 + scale bytes (+ M·H·e for y_out)`, e = 2.
+/// `bytes = M·H·3·e + H·e + M·H/2 + scale bytes (+ M·H·e for y_out)`, e = 2; without a
+/// residual M·H·e replaces M·H·3·e.
 /// M = 3, H = 64, NVFP4: 3·64·3·2 = 1152, 64·2 = 128, 3·64/2 = 96; row-major scales
 /// 3·64/16 = 12, swizzled 128·1·4 = 512; y_out 3·64·2 = 384.
 #[test]
@@ -1449,6 +1450,12 @@ fn bytes_moved_spec_section_6() {
             p.with_y_out(true).bytes_moved(),
             1152 + 128 + 96 + scales + 384,
             "{layout} + y_out"
+        );
+        // Without a residual, M·H·e = 384 replaces M·H·3·e.
+        assert_eq!(
+            p.without_residual().bytes_moved(),
+            384 + 128 + 96 + scales,
+            "{layout}, no residual"
         );
     }
     // MXFP4, M = 130, H = 96, f16: 130·96·6 = 74880, 96·2 = 192, 130·48 = 6240,
