@@ -1171,6 +1171,35 @@ macro_rules! row_view_shifts {
     }};
 }
 
+/// Disjoint, 4 KiB-aligned homes for the buffers of a raw call that is only validated,
+/// never run; a test shifts one of them off its alignment.
+fn home(k: u64) -> u64 {
+    0x10_0000 + k * 0x1000
+}
+
+/// Rows and row length of [`raw_fp8_call`].
+const FP8_M: usize = 2;
+const FP8_H: usize = 64;
+
+/// A valid per-token FP8 raw call of `FP8_M × FP8_H` bf16 rows, every buffer in its own
+/// [`home`] (16-byte aligned: vector access), with or without a residual and `y_out`.
+fn raw_fp8_call(residual: bool, y_out: bool) -> fp4norm::fp8::RawFp8Call {
+    use fp4norm::fp8::{Fp8Element, Fp8Options, RawFp8Call};
+    use fp4norm::{RawBuf, RawMat};
+    let (m, h) = (FP8_M, FP8_H);
+    RawFp8Call {
+        dtype: DType::BF16,
+        x: RawMat::contiguous(home(0), m, h),
+        residual: residual.then(|| RawMat::contiguous(home(1), m, h)),
+        weight: RawBuf::new(home(2), h),
+        q: RawBuf::new(home(3), m * h),
+        scales: Some(RawBuf::new(home(4), m)),
+        static_scale: None,
+        y_out: y_out.then(|| RawMat::contiguous(home(5), m, h)),
+        options: Fp8Options::per_token(Fp8Element::E4M3),
+    }
+}
+
 /// The validator's verdict on vector access, the one flag only the CUDA entry reads (its
 /// fast path loads 16-byte vectors and stores 4-byte scale words): true exactly when every
 /// row start, row stride, the weight, `y_fp4` (4 bytes) and swizzled scales (4 bytes) allow
@@ -1180,26 +1209,18 @@ macro_rules! row_view_shifts {
 fn raw_validator_says_which_calls_take_vector_access() {
     use fp4norm::{RawBuf, RawCall, RawGlobalScale, RawMat, ScaleOut};
     let (m, h) = (2usize, 64usize);
-    // Disjoint, 4 KiB-aligned homes; a test shifts one buffer off its alignment.
-    let home = |k: u64| 0x10_0000 + k * 0x1000;
-    let mat = |ptr: u64, stride: usize| RawMat {
-        ptr,
-        rows: m,
-        cols: h,
-        row_stride: stride,
-        len: None,
-    };
+    let mat = |ptr| RawMat::contiguous(ptr, m, h);
     let aligned = || RawCall {
         dtype: DType::BF16,
-        x: mat(home(0), h),
-        residual: Some(mat(home(1), h)),
+        x: mat(home(0)),
+        residual: Some(mat(home(1))),
         weight: RawBuf::new(home(2), h),
         y_fp4: RawBuf::new(home(3), m * h / 2),
         scales: ScaleOut::Both {
             row_major: RawBuf::new(home(4), m * h / 16),
             swizzled: RawBuf::new(home(5), swizzled_len(m, h / 16).unwrap()),
         },
-        y_out: Some(mat(home(6), h)),
+        y_out: Some(mat(home(6))),
         global_scale: RawGlobalScale::from_count(home(7), 1),
         options: Options::nvfp4(),
     };
@@ -1347,27 +1368,8 @@ fn raw_fp8_validator_says_which_calls_take_vector_access() {
     use fp4norm::fp8::{
         Fp8Element, Fp8Group, Fp8Options, Fp8ScaleFormat, Fp8ScaleLayout, RawFp8Call,
     };
-    use fp4norm::{RawBuf, RawMat};
-    let (m, h) = (2usize, 64usize);
-    let home = |k: u64| 0x10_0000 + k * 0x1000;
-    let mat = |ptr: u64| RawMat {
-        ptr,
-        rows: m,
-        cols: h,
-        row_stride: h,
-        len: None,
-    };
-    let aligned = || RawFp8Call {
-        dtype: DType::BF16,
-        x: mat(home(0)),
-        residual: Some(mat(home(1))),
-        weight: RawBuf::new(home(2), h),
-        q: RawBuf::new(home(3), m * h),
-        scales: Some(RawBuf::new(home(4), m)),
-        static_scale: None,
-        y_out: Some(mat(home(5))),
-        options: Fp8Options::per_token(Fp8Element::E4M3),
-    };
+    use fp4norm::RawBuf;
+    let aligned = || raw_fp8_call(true, true);
     let verdict = |c: RawFp8Call| c.validate().unwrap().vector_aligned;
     let mut cases = row_view_shifts!(RawFp8Call).to_vec();
     cases.extend::<[Shift<RawFp8Call>; 4]>([
@@ -1394,7 +1396,7 @@ fn raw_fp8_validator_says_which_calls_take_vector_access() {
         Fp8ScaleFormat::UE8M0,
         Fp8ScaleLayout::RowMajor,
     );
-    c.scales = Some(RawBuf::new(home(4) + 1, m));
+    c.scales = Some(RawBuf::new(home(4) + 1, FP8_M));
     assert!(!verdict(c), "UE8M0 scales 1 byte off");
 }
 
@@ -1406,20 +1408,9 @@ fn raw_fp8_validator_says_which_calls_take_vector_access() {
 #[test]
 fn raw_fp8_validator_rules_without_an_engine() {
     use fp4norm::fp8::{Fp8Element, Fp8Options, RawFp8Call};
-    use fp4norm::{RawBuf, RawMat};
-    let (m, h) = (2usize, 64usize);
-    let home = |k: u64| 0x10_0000 + k * 0x1000;
-    let call = |residual: bool, y_out: bool| RawFp8Call {
-        dtype: DType::BF16,
-        x: RawMat::contiguous(home(0), m, h),
-        residual: residual.then(|| RawMat::contiguous(home(1), m, h)),
-        weight: RawBuf::new(home(2), h),
-        q: RawBuf::new(home(3), m * h),
-        scales: Some(RawBuf::new(home(4), m)),
-        static_scale: None,
-        y_out: y_out.then(|| RawMat::contiguous(home(5), m, h)),
-        options: Fp8Options::per_token(Fp8Element::E4M3),
-    };
+    use fp4norm::RawBuf;
+    let (m, h) = (FP8_M, FP8_H);
+    let call = raw_fp8_call;
     for (residual, y_out) in [(false, false), (true, false), (false, true), (true, true)] {
         let p = call(residual, y_out).validate().unwrap().problem;
         assert_eq!((p.has_residual, p.has_y_out), (residual, y_out));
