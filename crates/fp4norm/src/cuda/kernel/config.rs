@@ -3,9 +3,9 @@
 
 use super::launch_table::{
     column_demote_distance, column_scales_demote_rows, column_scales_keep_wanted,
-    column_scales_reduce_wanted, column_scales_split_wanted, demote_distance, launch_shape,
-    pad_ctas_wanted, pad_spread_wanted, shape_fits, swizzle_demote_tiles, swizzle_keep_wanted,
-    swizzle_split_wanted,
+    column_scales_reduce_wanted, column_scales_split_wanted, demote_distance, fp8_launch_shape,
+    launch_shape, pad_ctas_wanted, pad_spread_wanted, shape_fits, swizzle_demote_tiles,
+    swizzle_keep_wanted, swizzle_split_wanted,
 };
 use crate::cuda::DeviceLimits;
 use crate::{DType, Problem, ScaleFormat};
@@ -268,7 +268,7 @@ impl KernelConfig {
         } else {
             block
         };
-        let (g, mut r, c) = launch_shape(p.h, shape_block, p.m, p.dtype, limits);
+        let (g, mut r, c) = fp8_launch_shape(p.h, shape_block, p.m, p.dtype, limits);
         if per_token && g > 32 {
             r = r.min(15); // one named barrier per row of several warps (fused.cu, row_max)
         }

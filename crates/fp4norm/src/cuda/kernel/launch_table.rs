@@ -60,6 +60,13 @@ const MANY_ROWS: &[Split] = &[
     split(32768, ANY,  64, ALL,  2,   4), // then two CTAs of 512: still held, fewer CTAs
 ];
 
+/// The FP8 calls' own rows, consulted before [`MANY_ROWS`] (same columns).
+#[rustfmt::skip]
+const FP8_MANY_ROWS: &[Split] = &[
+    //    H      dtype rows/SM   CTAs vectors
+    split(8192,  ANY,  16, ALL,  1,   2), // one CTA of 512 beats two of 256: no cluster exchange
+];
+
 /// Threads per row, rows per CTA and CTAs per row for `m` rows of `h` elements in blocks
 /// of `block`, on a device with the `limits` given (its SM count, its largest cluster and
 /// CTA). Each thread handles 8-element (16-byte) vectors.
@@ -77,6 +84,28 @@ const MANY_ROWS: &[Split] = &[
 /// * A device's smaller CTAs or clusters cap the shape: more vectors per thread, fewer
 ///   CTAs per row.
 pub fn launch_shape(
+    h: usize,
+    block: usize,
+    m: usize,
+    dtype: DType,
+    limits: &DeviceLimits,
+) -> (u32, u32, u32) {
+    shape_from(&[MANY_ROWS], h, block, m, dtype, limits)
+}
+
+/// [`launch_shape`] of an FP8 call: the rows of `FP8_MANY_ROWS` first, then the same table.
+pub fn fp8_launch_shape(
+    h: usize,
+    block: usize,
+    m: usize,
+    dtype: DType,
+    limits: &DeviceLimits,
+) -> (u32, u32, u32) {
+    shape_from(&[FP8_MANY_ROWS, MANY_ROWS], h, block, m, dtype, limits)
+}
+
+fn shape_from(
+    tables: &[&[Split]],
     h: usize,
     block: usize,
     m: usize,
@@ -107,7 +136,7 @@ pub fn launch_shape(
         let rows_per_sm_in = |above: usize, up_to: usize| {
             m > above.saturating_mul(sms) && m <= up_to.saturating_mul(sms)
         };
-        let row = MANY_ROWS.iter().find(|s| {
+        let row = tables.iter().flat_map(|t| t.iter()).find(|s| {
             nv == s.h / 8 && s.dtype.is_none_or(|d| d == dtype) && rows_per_sm_in(s.above, s.up_to)
         });
         if let Some(s) = row {
@@ -681,6 +710,44 @@ mod tests {
     }
 
     #[test]
+    fn fp8_calls_take_their_own_rows_first() {
+        // H = 8192 beyond 16 rows per SM: one CTA of 512 for FP8 (every dtype, block), two
+        // CTAs of 256 for FP4; at 16 rows per SM and below, and at other H, the FP4 table.
+        for (block, dtype) in [(8, DType::BF16), (32, DType::F16), (128, DType::BF16)] {
+            for m in [2113, 4096, 16384, 1 << 20] {
+                assert_eq!(
+                    fp8_launch_shape(8192, block, m, dtype, &H200),
+                    (512, 1, 1),
+                    "M={m}"
+                );
+                assert_eq!(
+                    launch_shape(8192, block, m, dtype, &H200),
+                    (256, 1, 2),
+                    "M={m}"
+                );
+            }
+            for (h, m) in [
+                (8192, 2112),
+                (8192, 133),
+                (8192, 16),
+                (16384, 4096),
+                (4096, 4096),
+            ] {
+                assert_eq!(
+                    fp8_launch_shape(h, block, m, dtype, &H200),
+                    launch_shape(h, block, m, dtype, &H200),
+                    "H={h} M={m}"
+                );
+            }
+            // Without clusters no table row applies to either.
+            assert_eq!(
+                fp8_launch_shape(8192, block, 4096, dtype, &NO_CLUSTERS),
+                launch_shape(8192, block, 4096, dtype, &NO_CLUSTERS)
+            );
+        }
+    }
+
+    #[test]
     fn every_chosen_shape_is_one_the_kernel_supports() {
         for h in (16..=65536usize)
             .step_by(16)
@@ -693,11 +760,15 @@ mod tests {
                 for m in [1, 2, 7, 16, 66, 128, 132, 133, 1000, 16384] {
                     for limits in [H200, NO_CLUSTERS] {
                         for dtype in [DType::BF16, DType::F16] {
-                            let s = launch_shape(h, block, m, dtype, &limits);
-                            assert!(
-                                shape_fits(h, block, s, &limits),
-                                "H={h} B={block} M={m} {dtype:?}: {s:?}"
-                            );
+                            for s in [
+                                launch_shape(h, block, m, dtype, &limits),
+                                fp8_launch_shape(h, block, m, dtype, &limits),
+                            ] {
+                                assert!(
+                                    shape_fits(h, block, s, &limits),
+                                    "H={h} B={block} M={m} {dtype:?}: {s:?}"
+                                );
+                            }
                         }
                     }
                 }
