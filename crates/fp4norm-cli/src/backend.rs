@@ -26,6 +26,10 @@ pub trait Backend {
     /// Loads `case`'s inputs where the device reads them and allocates its outputs
     /// (filled as [`Outputs::initial`] says). May fail for a case the device rejects.
     fn prepare<'a>(&'a self, case: &'a Case) -> Result<Box<dyn Prepared + 'a>, CliError>;
+    /// Readies what `cases` will need before they run one by one (the GPU's kernels,
+    /// compiled in parallel). Best effort: a case that fails here fails again, and is
+    /// reported, when it runs.
+    fn warm(&self, _cases: &[Case]) {}
     /// Measures a plain copy of `bytes` bytes on this device (read + written counted),
     /// the yardstick for the op's effective bandwidth.
     fn copy_baseline(&self, bytes: usize, reps: usize) -> Result<CopyBaseline, CliError>;

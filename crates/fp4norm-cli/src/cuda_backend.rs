@@ -55,6 +55,35 @@ impl CudaBackend {
         &self.gpu
     }
 
+    /// Compiles and loads the kernels `case` launches, from its call over made-up addresses
+    /// laid out as the allocator's would be (each buffer 4 KiB-aligned, cudaMalloc's
+    /// 256 B alignment or more: the same vector-access verdict), without allocating.
+    fn prepare_kernels(&self, case: &Case) -> Result<(), CliError> {
+        let init = OutputLens::of(case)?;
+        let mut next = 1u64 << 40;
+        let mut at = |bytes: usize| {
+            let a = next;
+            next += (bytes.max(1) as u64).next_multiple_of(4096);
+            a
+        };
+        let addrs = Addrs {
+            x: at(2 * case.x.len()),
+            residual: case.residual.as_ref().map(|r| at(2 * r.len())),
+            w: at(2 * case.w.len()),
+            scale: scale_host(case).map(|v| at(4 * v.len())),
+            q: at(init.q),
+            row_major: init.row_major.map(&mut at),
+            swizzled: init.swizzled.map(&mut at),
+            fp8_scales: init.fp8_scales.map(&mut at),
+            y_out: init.y_out.map(|n| at(2 * n)),
+        };
+        match device_call(case, &init, &addrs)? {
+            DeviceCall::Fp4(c) => self.gpu.prepare_raw(&c),
+            DeviceCall::Fp8(c) => self.gpu.prepare_fp8_raw(&c),
+        }
+        .map_err(|e| CliError(e.to_string()))
+    }
+
     /// Compiles the fused kernel of rows of `h` elements of `dtype` (NVFP4, row-major, the
     /// tuning's calls) in each launch shape of `shapes`, in parallel, into the disk cache
     /// (one `Gpu` handle per thread: a handle's forced shape is its own).
@@ -223,6 +252,17 @@ impl Backend for CudaBackend {
         CudaPrepared::new(self, case).map(|p| Box::new(p) as Box<dyn Prepared + 'a>)
     }
 
+    fn warm(&self, cases: &[Case]) {
+        use rayon::prelude::*;
+        // The conversion self-test once, before the threads: the kernels depend on it.
+        if self.gpu.conversion_path().is_err() {
+            return;
+        }
+        cases.par_iter().for_each(|case| {
+            let _ = self.prepare_kernels(case);
+        });
+    }
+
     fn pdl_chain(&self, case: &Case) -> Option<Result<(f64, f64), CliError>> {
         Some(self.pdl_pairs(case))
     }
@@ -346,6 +386,102 @@ enum DeviceCall {
     Fp8(RawFp8Call),
 }
 
+/// The device addresses of a case's buffers: live allocations, or (for
+/// [`Backend::warm`]) addresses laid out as the allocator's would be, which is all that
+/// the validator reads.
+struct Addrs {
+    x: u64,
+    residual: Option<u64>,
+    w: u64,
+    /// The FP4 global scale(s), or an FP8 per-tensor scale passed by address.
+    scale: Option<u64>,
+    q: u64,
+    row_major: Option<u64>,
+    swizzled: Option<u64>,
+    fp8_scales: Option<u64>,
+    y_out: Option<u64>,
+}
+
+/// The scale values a case passes by address: the FP4 global scale(s), or an FP8
+/// per-tensor scale read from memory.
+fn scale_host(case: &Case) -> Option<Vec<f32>> {
+    match &case.op {
+        Op::Fp4 { .. } => Some(match &case.gs {
+            Gs::Uniform(g) => vec![*g],
+            Gs::PerRow(v) if v.is_empty() => vec![0.0],
+            Gs::PerRow(v) => v.clone(),
+        }),
+        Op::Fp8 {
+            opts,
+            scale_in_memory: true,
+        } => match opts.scaling {
+            Fp8Scaling::PerTensor(v) => Some(vec![v]),
+            Fp8Scaling::Dynamic { .. } => None,
+        },
+        Op::Fp8 { .. } => None,
+    }
+}
+
+/// The call `case` makes over buffers at `a`, of the lengths `init` gives.
+fn device_call(case: &Case, init: &OutputLens, a: &Addrs) -> Result<DeviceCall, CliError> {
+    let mat = |ptr: u64, len: usize| RawMat {
+        ptr,
+        rows: case.m,
+        cols: case.h,
+        row_stride: case.stride,
+        len: Some(len),
+    };
+    let y_out = a.y_out.map(|y| mat(y, init.y_out.unwrap_or(0)));
+    let residual = a.residual.map(|r| mat(r, case.x.len()));
+    let weight = RawBuf::new(a.w, case.w.len());
+    Ok(match &case.op {
+        Op::Fp4 { opts, .. } => {
+            let (rm, sw) = (init.row_major.unwrap_or(0), init.swizzled.unwrap_or(0));
+            let scales = match (a.row_major, a.swizzled) {
+                (Some(r), Some(s)) => ScaleOut::Both {
+                    row_major: RawBuf::new(r, rm),
+                    swizzled: RawBuf::new(s, sw),
+                },
+                (Some(r), None) => ScaleOut::RowMajor(RawBuf::new(r, rm)),
+                (None, Some(s)) => ScaleOut::Swizzled(RawBuf::new(s, sw)),
+                (None, None) => return Err(CliError("a case needs a scale layout".into())),
+            };
+            let gs = a
+                .scale
+                .ok_or_else(|| CliError("an FP4 case needs a global scale".into()))?;
+            DeviceCall::Fp4(RawCall {
+                dtype: case.dtype,
+                x: mat(a.x, case.x.len()),
+                residual,
+                weight,
+                y_fp4: RawBuf::new(a.q, init.q),
+                scales,
+                y_out,
+                global_scale: match &case.gs {
+                    Gs::Uniform(_) => RawGlobalScale::Uniform(RawBuf::new(gs, 1)),
+                    Gs::PerRow(v) => RawGlobalScale::PerRow(RawBuf::new(gs, v.len())),
+                },
+                options: *opts,
+            })
+        }
+        Op::Fp8 { opts, .. } => {
+            // Scale lengths are in elements: f32 values or UE8M0 bytes.
+            let geom = Fp8ScaleGeom::of(case.m, case.h, opts);
+            DeviceCall::Fp8(RawFp8Call {
+                dtype: case.dtype,
+                x: mat(a.x, case.x.len()),
+                residual,
+                weight,
+                q: RawBuf::new(a.q, init.q),
+                scales: a.fp8_scales.zip(geom).map(|(b, g)| RawBuf::new(b, g.len)),
+                static_scale: a.scale.map(|b| RawBuf::new(b, 1)),
+                y_out,
+                options: *opts,
+            })
+        }
+    })
+}
+
 struct CudaPrepared<'a> {
     be: &'a CudaBackend,
     case: &'a Case,
@@ -389,93 +525,31 @@ impl<'a> CudaPrepared<'a> {
             .y_out
             .map(|n| up16(&try_vec(n, Y_OUT_CANARY, "y_out's initial bytes")?))
             .transpose()?;
-        let scale_host: Option<Vec<f32>> = match &case.op {
-            Op::Fp4 { .. } => Some(match &case.gs {
-                Gs::Uniform(g) => vec![*g],
-                Gs::PerRow(v) if v.is_empty() => vec![0.0],
-                Gs::PerRow(v) => v.clone(),
-            }),
-            Op::Fp8 {
-                opts,
-                scale_in_memory: true,
-            } => match opts.scaling {
-                Fp8Scaling::PerTensor(v) => Some(vec![v]),
-                Fp8Scaling::Dynamic { .. } => None,
-            },
-            Op::Fp8 { .. } => None,
-        };
-        let scale = scale_host
+        let scale = scale_host(case)
             .map(|v| s.clone_htod(&v).map_err(cuda_err("uploading")))
             .transpose()?;
-
         let ptr16 = |b: &CudaSlice<u16>| b.device_ptr(s).0;
         let ptr8 = |b: &CudaSlice<u8>| b.device_ptr(s).0;
-        let ptr32 = |b: &CudaSlice<f32>| b.device_ptr(s).0;
-        let mat = |b: &CudaSlice<u16>, len: usize| RawMat {
-            ptr: ptr16(b),
-            rows: case.m,
-            cols: case.h,
-            row_stride: case.stride,
-            len: Some(len),
+        let addrs = Addrs {
+            x: ptr16(&x),
+            residual: residual.as_ref().map(ptr16),
+            w: ptr16(&w),
+            scale: scale.as_ref().map(|b| b.device_ptr(s).0),
+            q: ptr8(&q),
+            row_major: row_major.as_ref().map(ptr8),
+            swizzled: swizzled.as_ref().map(ptr8),
+            fp8_scales: fp8_scales.as_ref().map(ptr8),
+            y_out: y_out.as_ref().map(ptr16),
         };
-        let buf8 = |b: &CudaSlice<u8>, len: usize| RawBuf::new(ptr8(b), len);
-        let y_out_mat = y_out.as_ref().map(|y| mat(y, init.y_out.unwrap_or(0)));
-        let call = match &case.op {
-            Op::Fp4 { opts, .. } => {
-                let scales = match (&row_major, &swizzled) {
-                    (Some(r), Some(sw)) => ScaleOut::Both {
-                        row_major: buf8(r, init.row_major.unwrap_or(0)),
-                        swizzled: buf8(sw, init.swizzled.unwrap_or(0)),
-                    },
-                    (Some(r), None) => ScaleOut::RowMajor(buf8(r, init.row_major.unwrap_or(0))),
-                    (None, Some(sw)) => ScaleOut::Swizzled(buf8(sw, init.swizzled.unwrap_or(0))),
-                    (None, None) => return Err(CliError("a case needs a scale layout".into())),
-                };
-                let gs = scale.as_ref().expect("FP4 cases upload a global scale");
-                DeviceCall::Fp4(RawCall {
-                    dtype: case.dtype,
-                    x: mat(&x, case.x.len()),
-                    residual: residual.as_ref().map(|r| mat(r, case.x.len())),
-                    weight: RawBuf::new(ptr16(&w), case.w.len()),
-                    y_fp4: buf8(&q, init.q),
-                    scales,
-                    y_out: y_out_mat,
-                    global_scale: match &case.gs {
-                        Gs::Uniform(_) => RawGlobalScale::Uniform(RawBuf::new(ptr32(gs), 1)),
-                        Gs::PerRow(v) => RawGlobalScale::PerRow(RawBuf::new(ptr32(gs), v.len())),
-                    },
-                    options: *opts,
-                })
+        let call = device_call(case, &init, &addrs)?;
+        // Compile and load the FP8 kernel now, so that timing and graph capture find it
+        // ready; a call the library refuses is left to `launch` to report, as the FP4 path
+        // does.
+        if let DeviceCall::Fp8(c) = &call {
+            if c.validate().is_ok() {
+                be.gpu.prepare_fp8_raw(c)?;
             }
-            Op::Fp8 { opts, .. } => {
-                // Scale lengths are in elements: f32 values or UE8M0 bytes.
-                let geom = Fp8ScaleGeom::of(case.m, case.h, opts);
-                let call = RawFp8Call {
-                    dtype: case.dtype,
-                    x: mat(&x, case.x.len()),
-                    residual: residual.as_ref().map(|r| mat(r, case.x.len())),
-                    weight: RawBuf::new(ptr16(&w), case.w.len()),
-                    q: buf8(&q, init.q),
-                    scales: fp8_scales.as_ref().zip(geom).map(|(b, g)| buf8(b, g.len)),
-                    static_scale: scale.as_ref().map(|b| RawBuf::new(ptr32(b), 1)),
-                    y_out: y_out_mat,
-                    options: *opts,
-                };
-                // Compile and load the kernel now, so that timing and graph capture find it
-                // ready; a call the library refuses is left to `launch` to report, as the
-                // FP4 path does.
-                if let Ok(checked) = call.validate() {
-                    if case.m > 0 {
-                        be.gpu.prepare_fp8(
-                            &checked.problem,
-                            call.static_scale.is_some(),
-                            checked.vector_aligned,
-                        )?;
-                    }
-                }
-                DeviceCall::Fp8(call)
-            }
-        };
+        }
         Ok(CudaPrepared {
             be,
             case,

@@ -353,6 +353,9 @@ pub fn run(a: VerifyArgs) -> Result<bool, CliError> {
                 .par_iter()
                 .map(|case| run_on(&HostBackend::reference(), case))
                 .collect();
+            for b in &backends {
+                b.warm(&cases);
+            }
             for (i, (case, expected)) in cases.iter().zip(&oracle).enumerate() {
                 let ci = n_cases + i;
                 for b in &backends {

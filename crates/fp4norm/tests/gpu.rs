@@ -592,6 +592,98 @@ fn gpu_every_tune_candidate_writes_the_reference_bytes() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `Gpu::prepare_raw` builds every kernel `launch_raw` then launches, from the call alone
+/// (NVFP4 into both layouts, MXFP4 row-major); a call the validator refuses it refuses
+/// with the launch's error.
+#[test]
+fn gpu_prepare_raw_builds_what_the_launch_uses() {
+    let shared = require_gpu!("gpu_prepare_raw_builds_what_the_launch_uses");
+    // A handle of its own, so that its count of kernels built is this test's.
+    let g = Gpu::new(shared.ordinal()).expect("a second handle of the device");
+    let stream = g.context().new_stream().unwrap();
+    for (m, h, opts, layout) in [
+        (300usize, 4096usize, Options::nvfp4(), ScaleLayout::Both),
+        (7, 2048, Options::mxfp4(), ScaleLayout::RowMajor),
+    ] {
+        let p = fp4norm::Problem::new(m, h, DType::BF16, layout, &opts).unwrap();
+        let x_d = stream.alloc_zeros::<bf16>(m * h).unwrap();
+        let r_d = stream.alloc_zeros::<bf16>(m * h).unwrap();
+        let w_d = stream.clone_htod(&vec![bf16::ONE; h]).unwrap();
+        let gs_d = stream.clone_htod(&[1.0f32]).unwrap();
+        let q_d = stream.clone_htod(&vec![POISON; p.fp4_len()]).unwrap();
+        let rm_d = stream
+            .clone_htod(&vec![POISON; p.row_major_scales_len().max(1)])
+            .unwrap();
+        let sw_d = stream
+            .clone_htod(&vec![POISON; p.swizzled_scales_len().max(1)])
+            .unwrap();
+        let dp = |s: &CudaSlice<bf16>| s.device_ptr(&stream).0;
+        let bp = |s: &CudaSlice<u8>| s.device_ptr(&stream).0;
+        let mat = |ptr| RawMat {
+            ptr,
+            rows: m,
+            cols: h,
+            row_stride: h,
+            len: Some(m * h),
+        };
+        let row_major = RawBuf::new(bp(&rm_d), p.row_major_scales_len());
+        let call = RawCall {
+            dtype: DType::BF16,
+            x: mat(dp(&x_d)),
+            residual: Some(mat(dp(&r_d))),
+            weight: RawBuf::new(dp(&w_d), h),
+            y_fp4: RawBuf::new(bp(&q_d), p.fp4_len()),
+            scales: match layout {
+                ScaleLayout::Both => ScaleOut::Both {
+                    row_major,
+                    swizzled: RawBuf::new(bp(&sw_d), p.swizzled_scales_len()),
+                },
+                _ => ScaleOut::RowMajor(row_major),
+            },
+            y_out: None,
+            global_scale: RawGlobalScale::Uniform(RawBuf::new(gs_d.device_ptr(&stream).0, 1)),
+            options: opts,
+        };
+        let kernels = {
+            let cfg = internal::config(&g, &p, fp4norm::cuda::GsMode::Uniform, true);
+            1 + usize::from(cfg.second_pass().is_some())
+        };
+        let before = g.kernel_builds();
+        g.prepare_raw(&call).unwrap();
+        let built = g.kernel_builds();
+        assert_eq!(built - before, kernels, "{m} x {h}: kernels prepared");
+        // SAFETY: live allocations of this device, extents as given.
+        unsafe { g.launch_raw(stream.cu_stream(), &call) }.unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(
+            g.kernel_builds(),
+            built,
+            "{m} x {h}: the launch built nothing more"
+        );
+        assert!(
+            stream
+                .clone_dtoh(&q_d)
+                .unwrap()
+                .iter()
+                .all(|&b| b != POISON),
+            "{m} x {h}: every code written"
+        );
+        // One code byte short: the validator's error, from both.
+        let short = RawCall {
+            y_fp4: RawBuf::new(bp(&q_d), p.fp4_len() - 1),
+            ..call
+        };
+        let prepared = g.prepare_raw(&short).unwrap_err().to_string();
+        // SAFETY: as above; the call is refused before anything is launched.
+        let launched = unsafe { g.launch_raw(stream.cu_stream(), &short) }
+            .unwrap_err()
+            .to_string();
+        assert_eq!(prepared, launched);
+        assert_eq!(g.kernel_builds(), built, "a refused call builds nothing");
+        eprintln!("prepare_raw, {m} x {h}: {kernels} kernel(s) ready before the launch");
+    }
+}
+
 /// Capture one call in a CUDA graph, change the global scale in device memory, replay:
 /// the replay must use the new scale (it is read by the kernel, not baked in).
 #[test]

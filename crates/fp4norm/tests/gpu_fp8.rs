@@ -1200,3 +1200,91 @@ fn gpu_fp8_split_column_scales_in_a_graph() {
     }
     eprintln!("FP8 split column-major scales in a graph: 2 replays, bytes identical to the CPU");
 }
+
+/// `Gpu::prepare_fp8_raw` builds every kernel `launch_fp8_raw` then launches, from the call
+/// alone: the split column-major write's second kernel at 2^25 elements, per-token scales
+/// at decode size; a call the validator refuses it refuses with the launch's error.
+#[test]
+fn gpu_fp8_prepare_raw_builds_what_the_launch_uses() {
+    let _gpu = gpu_common::shared();
+    let shared = require_gpu!("gpu_fp8_prepare_raw_builds_what_the_launch_uses");
+    // A handle of its own, so that its count of kernels built is this test's.
+    let g = Gpu::new(shared.ordinal()).expect("a second handle of the device");
+    let group32 = fp8::Fp8Options::dynamic(
+        fp8::Fp8Element::E4M3,
+        fp8::Fp8Group::G32,
+        Fp8ScaleFormat::F32 { s_min: 0.0 },
+        fp8::Fp8ScaleLayout::ColumnMajor,
+    );
+    let per_token = fp8::Fp8Options::per_token(fp8::Fp8Element::E5M2);
+    let stream = g.context().new_stream().unwrap();
+    for (m, h, opts) in [(4096usize, 8192usize, group32), (16, 4096, per_token)] {
+        let p = fp8::Fp8Problem::new(m, h, DType::BF16, &opts).unwrap();
+        // Two kernels where the column-major write is split (GPUs with PDL).
+        let kernels = 1 + usize::from(
+            internal::fp8_config(&g, &p, false, true)
+                .second_pass()
+                .is_some(),
+        );
+        let x_d = stream.alloc_zeros::<bf16>(m * h).unwrap();
+        let r_d = stream.alloc_zeros::<bf16>(m * h).unwrap();
+        let w_d = stream.clone_htod(&vec![bf16::ONE; h]).unwrap();
+        let q_d = stream.clone_htod(&vec![POISON; p.q_len()]).unwrap();
+        let s_d = stream
+            .clone_htod(&vec![POISON; p.scales_len() * p.scale_element_bytes()])
+            .unwrap();
+        let dp = |s: &CudaSlice<bf16>| s.device_ptr(&stream).0;
+        let mat = |ptr| RawMat {
+            ptr,
+            rows: m,
+            cols: h,
+            row_stride: h,
+            len: Some(m * h),
+        };
+        let call = RawFp8Call {
+            dtype: DType::BF16,
+            x: mat(dp(&x_d)),
+            residual: Some(mat(dp(&r_d))),
+            weight: RawBuf::new(dp(&w_d), h),
+            q: RawBuf::new(q_d.device_ptr(&stream).0, p.q_len()),
+            scales: Some(RawBuf::new(s_d.device_ptr(&stream).0, p.scales_len())),
+            static_scale: None,
+            y_out: None,
+            options: opts,
+        };
+        let before = g.kernel_builds();
+        g.prepare_fp8_raw(&call).unwrap();
+        let built = g.kernel_builds();
+        assert_eq!(built - before, kernels, "{m} x {h}: kernels prepared");
+        // SAFETY: live allocations of this device, extents as given.
+        unsafe { g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default()) }.unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(
+            g.kernel_builds(),
+            built,
+            "{m} x {h}: the launch built nothing more"
+        );
+        assert!(
+            stream
+                .clone_dtoh(&q_d)
+                .unwrap()
+                .iter()
+                .all(|&b| b != POISON),
+            "{m} x {h}: every code written"
+        );
+        // One scale short: the validator's error, from both.
+        let short = RawFp8Call {
+            scales: Some(RawBuf::new(s_d.device_ptr(&stream).0, p.scales_len() - 1)),
+            ..call
+        };
+        let prepared = g.prepare_fp8_raw(&short).unwrap_err().to_string();
+        // SAFETY: as above; the call is refused before anything is launched.
+        let launched =
+            unsafe { g.launch_fp8_raw(stream.cu_stream(), &short, &LaunchOptions::default()) }
+                .unwrap_err()
+                .to_string();
+        assert_eq!(prepared, launched);
+        assert_eq!(g.kernel_builds(), built, "a refused call builds nothing");
+        eprintln!("prepare_fp8_raw, {m} x {h}: {kernels} kernel(s) ready before the launch");
+    }
+}

@@ -555,6 +555,20 @@ impl Gpu {
         Ok(())
     }
 
+    /// Compiles and loads the kernels that [`Gpu::launch_raw`] launches for `call`, so
+    /// that a later launch finds them ready (a CUDA graph capture, say). Only the host-side
+    /// checks run: nothing is read or written, so the addresses need not be live yet, only
+    /// laid out (alignment, strides) as the launch's will be. Errors as the launch's
+    /// validator gives them.
+    pub fn prepare_raw(&self, call: &RawCall) -> Result<(), Error> {
+        raw::prepare_fused(self, call)
+    }
+
+    /// [`Gpu::prepare_raw`] for [`Gpu::launch_fp8_raw`]'s calls.
+    pub fn prepare_fp8_raw(&self, call: &crate::fp8::RawFp8Call) -> Result<(), Error> {
+        raw::prepare_fused_fp8(self, call)
+    }
+
     /// Residual add + RMSNorm + FP4 quantisation (SPEC.md §1) on `stream`, over raw device
     /// pointers. Checks every argument (shapes, alignment, overlap, device) before
     /// launching; enqueues the kernel (two, for a split swizzled write of many rows) and

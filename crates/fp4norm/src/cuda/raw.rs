@@ -619,15 +619,7 @@ pub(crate) unsafe fn launch_fused_with_ranks(
     }
     gpu.settle_conversions(stream)?;
     let pdl = gpu.pdl_for(opts.pdl);
-    // UE8M0 scales never read the global scale.
-    let global_scale = if p.format.scale == ScaleFormat::UE8M0 {
-        RawGlobalScale::None
-    } else {
-        c.global_scale
-    };
-    let (gs, gs_ptr) = gs_mode(global_scale);
-    let peer = matches!(ranks, Ranks::Peers(_));
-    let cfg = with_ranks(gpu.config_with(&p, gs, aligned, !peer), ranks);
+    let (cfg, gs_ptr) = fused_config(gpu, c, &p, aligned, ranks);
     let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);
     // Rows the fused kernel covers: with directly written swizzled scales whose padding is
     // not spread over the call's threads, the last 128-row tile's padding rows too (their
@@ -931,6 +923,76 @@ pub(crate) unsafe fn launch_copy(
 
 /// The FP8 op; with `more` ranks' inputs (ranks 1, 2, ...) the all-reduce in front of it
 /// (SPEC.md §9), `c.x` being rank 0's.
+/// The kernel configuration of a validated FP4 call over `ranks`, and the address of its
+/// global scale (none for UE8M0 scales, which never read it).
+fn fused_config(
+    gpu: &Gpu,
+    c: &RawCall,
+    p: &crate::Problem,
+    aligned: bool,
+    ranks: Ranks,
+) -> (KernelConfig, u64) {
+    let global_scale = if p.format.scale == ScaleFormat::UE8M0 {
+        RawGlobalScale::None
+    } else {
+        c.global_scale
+    };
+    let (gs, gs_ptr) = gs_mode(global_scale);
+    let peer = matches!(ranks, Ranks::Peers(_));
+    (
+        with_ranks(gpu.config_with(p, gs, aligned, !peer), ranks),
+        gs_ptr,
+    )
+}
+
+/// The kernel configuration of a validated FP8 call over `ranks`.
+fn fused_fp8_config(
+    gpu: &Gpu,
+    c: &crate::fp8::RawFp8Call,
+    p: &crate::fp8::Fp8Problem,
+    aligned: bool,
+    ranks: Ranks,
+) -> KernelConfig {
+    let peer = matches!(ranks, Ranks::Peers(_));
+    with_ranks(
+        gpu.fp8_config_with(p, c.static_scale.is_some(), aligned, !peer),
+        ranks,
+    )
+}
+
+/// Compiles and loads the kernels of `cfg` (and of its second pass) on `gpu`, whose
+/// conversion path must be settled (the configuration depends on it).
+fn load_kernels(gpu: &Gpu, cfg: &KernelConfig) -> Result<(), Error> {
+    gpu.kernels.get(&gpu.ctx, &gpu.arch, cfg)?;
+    load_second_pass(gpu, cfg)?;
+    Ok(())
+}
+
+/// What [`Gpu::prepare_raw`] does: the validator's verdict alone picks the kernels (its
+/// host checks read no memory), so the addresses need not be live.
+pub(crate) fn prepare_fused(gpu: &Gpu, c: &RawCall) -> Result<(), Error> {
+    let checked = c.validate()?;
+    if checked.problem.m == 0 {
+        return Ok(());
+    }
+    gpu.conversion_path()?;
+    let (p, aligned) = (checked.problem, checked.vector_aligned);
+    let (cfg, _) = fused_config(gpu, c, &p, aligned, Ranks::Gathered(&[]));
+    load_kernels(gpu, &cfg)
+}
+
+/// [`prepare_fused`] for an FP8 call.
+pub(crate) fn prepare_fused_fp8(gpu: &Gpu, c: &crate::fp8::RawFp8Call) -> Result<(), Error> {
+    let checked = c.validate()?;
+    if checked.problem.m == 0 {
+        return Ok(());
+    }
+    gpu.conversion_path()?;
+    let (p, aligned) = (checked.problem, checked.vector_aligned);
+    let cfg = fused_fp8_config(gpu, c, &p, aligned, Ranks::Gathered(&[]));
+    load_kernels(gpu, &cfg)
+}
+
 pub(crate) unsafe fn launch_fused_fp8(
     gpu: &Gpu,
     stream: sys::CUstream,
@@ -960,11 +1022,7 @@ pub(crate) unsafe fn launch_fused_fp8(
     }
     gpu.settle_conversions(stream)?;
     let pdl = gpu.pdl_for(opts.pdl);
-    let peer = matches!(ranks, Ranks::Peers(_));
-    let cfg = with_ranks(
-        gpu.fp8_config_with(&p, c.static_scale.is_some(), aligned, !peer),
-        ranks,
-    );
+    let cfg = fused_fp8_config(gpu, c, &p, aligned, ranks);
     let (ar_x, ar_signal, ar_stride, ar_rank) = rank_params(&c.x, ranks);
     // Rows the kernel covers: with column-major scales, or swizzled ones whose padding is
     // not spread over the call's threads, the layout's padding rows too (their CTAs zero
