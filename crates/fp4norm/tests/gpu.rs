@@ -648,17 +648,22 @@ fn gpu_prepare_raw_builds_what_the_launch_uses() {
             let cfg = internal::config(&g, &p, fp4norm::cuda::GsMode::Uniform, true);
             1 + usize::from(cfg.second_pass().is_some())
         };
-        let before = g.kernel_builds();
-        g.prepare_raw(&call).unwrap();
-        let built = g.kernel_builds();
-        assert_eq!(built - before, kernels, "{m} x {h}: kernels prepared");
-        // SAFETY: live allocations of this device, extents as given.
-        unsafe { g.launch_raw(stream.cu_stream(), &call) }.unwrap();
-        stream.synchronize().unwrap();
-        assert_eq!(
-            g.kernel_builds(),
-            built,
-            "{m} x {h}: the launch built nothing more"
+        // One code byte short: refused.
+        let short = RawCall {
+            y_fp4: RawBuf::new(bp(&q_d), p.fp4_len() - 1),
+            ..call
+        };
+        let cu = stream.cu_stream();
+        gpu_common::check_prepared(
+            &g,
+            &format!("prepare_raw, {m} x {h}"),
+            kernels,
+            || g.prepare_raw(&call),
+            // SAFETY: live allocations of this device, extents as given.
+            || unsafe { g.launch_raw(cu, &call) }.map(|()| stream.synchronize().unwrap()),
+            || g.prepare_raw(&short),
+            // SAFETY: as above; the call is refused before anything is launched.
+            || unsafe { g.launch_raw(cu, &short) },
         );
         assert!(
             stream
@@ -668,19 +673,6 @@ fn gpu_prepare_raw_builds_what_the_launch_uses() {
                 .all(|&b| b != POISON),
             "{m} x {h}: every code written"
         );
-        // One code byte short: the validator's error, from both.
-        let short = RawCall {
-            y_fp4: RawBuf::new(bp(&q_d), p.fp4_len() - 1),
-            ..call
-        };
-        let prepared = g.prepare_raw(&short).unwrap_err().to_string();
-        // SAFETY: as above; the call is refused before anything is launched.
-        let launched = unsafe { g.launch_raw(stream.cu_stream(), &short) }
-            .unwrap_err()
-            .to_string();
-        assert_eq!(prepared, launched);
-        assert_eq!(g.kernel_builds(), built, "a refused call builds nothing");
-        eprintln!("prepare_raw, {m} x {h}: {kernels} kernel(s) ready before the launch");
     }
 }
 

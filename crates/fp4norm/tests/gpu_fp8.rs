@@ -1252,17 +1252,26 @@ fn gpu_fp8_prepare_raw_builds_what_the_launch_uses() {
             y_out: None,
             options: opts,
         };
-        let before = g.kernel_builds();
-        g.prepare_fp8_raw(&call).unwrap();
-        let built = g.kernel_builds();
-        assert_eq!(built - before, kernels, "{m} x {h}: kernels prepared");
-        // SAFETY: live allocations of this device, extents as given.
-        unsafe { g.launch_fp8_raw(stream.cu_stream(), &call, &LaunchOptions::default()) }.unwrap();
-        stream.synchronize().unwrap();
-        assert_eq!(
-            g.kernel_builds(),
-            built,
-            "{m} x {h}: the launch built nothing more"
+        // One scale short: refused.
+        let short = RawFp8Call {
+            scales: Some(RawBuf::new(s_d.device_ptr(&stream).0, p.scales_len() - 1)),
+            ..call
+        };
+        let opts = LaunchOptions::default();
+        let cu = stream.cu_stream();
+        gpu_common::check_prepared(
+            &g,
+            &format!("prepare_fp8_raw, {m} x {h}"),
+            kernels,
+            || g.prepare_fp8_raw(&call),
+            // SAFETY: live allocations of this device, extents as given.
+            || {
+                unsafe { g.launch_fp8_raw(cu, &call, &opts) }
+                    .map(|()| stream.synchronize().unwrap())
+            },
+            || g.prepare_fp8_raw(&short),
+            // SAFETY: as above; the call is refused before anything is launched.
+            || unsafe { g.launch_fp8_raw(cu, &short, &opts) },
         );
         assert!(
             stream
@@ -1272,19 +1281,5 @@ fn gpu_fp8_prepare_raw_builds_what_the_launch_uses() {
                 .all(|&b| b != POISON),
             "{m} x {h}: every code written"
         );
-        // One scale short: the validator's error, from both.
-        let short = RawFp8Call {
-            scales: Some(RawBuf::new(s_d.device_ptr(&stream).0, p.scales_len() - 1)),
-            ..call
-        };
-        let prepared = g.prepare_fp8_raw(&short).unwrap_err().to_string();
-        // SAFETY: as above; the call is refused before anything is launched.
-        let launched =
-            unsafe { g.launch_fp8_raw(stream.cu_stream(), &short, &LaunchOptions::default()) }
-                .unwrap_err()
-                .to_string();
-        assert_eq!(prepared, launched);
-        assert_eq!(g.kernel_builds(), built, "a refused call builds nothing");
-        eprintln!("prepare_fp8_raw, {m} x {h}: {kernels} kernel(s) ready before the launch");
     }
 }

@@ -299,3 +299,40 @@ impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy> Sim
         }
     }
 }
+
+/// The checks of a `Gpu::prepare_*raw` entry against its launch, on a handle of the
+/// test's own: `prepare` builds `kernels` kernels, `launch` (run, then synchronised by
+/// the caller's closure) builds none more, and for a call the validator refuses,
+/// `prepare_refused` and `launch_refused` give the same error and build nothing.
+pub fn check_prepared(
+    g: &Gpu,
+    what: &str,
+    kernels: usize,
+    prepare: impl FnOnce() -> Result<(), fp4norm::Error>,
+    launch: impl FnOnce() -> Result<(), fp4norm::Error>,
+    prepare_refused: impl FnOnce() -> Result<(), fp4norm::Error>,
+    launch_refused: impl FnOnce() -> Result<(), fp4norm::Error>,
+) {
+    let before = g.kernel_builds();
+    prepare().unwrap();
+    let built = g.kernel_builds();
+    assert_eq!(built - before, kernels, "{what}: kernels prepared");
+    launch().unwrap();
+    assert_eq!(
+        g.kernel_builds(),
+        built,
+        "{what}: the launch built nothing more"
+    );
+    let prepared = prepare_refused().unwrap_err().to_string();
+    assert_eq!(
+        prepared,
+        launch_refused().unwrap_err().to_string(),
+        "{what}"
+    );
+    assert_eq!(
+        g.kernel_builds(),
+        built,
+        "{what}: a refused call builds nothing"
+    );
+    eprintln!("{what}: {kernels} kernel(s) ready before the launch");
+}
