@@ -921,8 +921,6 @@ pub(crate) unsafe fn launch_copy(
     }
 }
 
-/// The FP8 op; with `more` ranks' inputs (ranks 1, 2, ...) the all-reduce in front of it
-/// (SPEC.md §9), `c.x` being rank 0's.
 /// The kernel configuration of a validated FP4 call over `ranks`, and the address of its
 /// global scale (none for UE8M0 scales, which never read it).
 fn fused_config(
@@ -993,6 +991,8 @@ pub(crate) fn prepare_fused_fp8(gpu: &Gpu, c: &crate::fp8::RawFp8Call) -> Result
     load_kernels(gpu, &cfg)
 }
 
+/// The FP8 op; with `more` ranks' inputs (ranks 1, 2, ...) the all-reduce in front of it
+/// (SPEC.md §9), `c.x` being rank 0's.
 pub(crate) unsafe fn launch_fused_fp8(
     gpu: &Gpu,
     stream: sys::CUstream,
