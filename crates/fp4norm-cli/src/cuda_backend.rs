@@ -56,28 +56,9 @@ impl CudaBackend {
     }
 
     /// Compiles and loads the kernels `case` launches, from its call over made-up addresses
-    /// laid out as the allocator's would be (each buffer 4 KiB-aligned, cudaMalloc's
-    /// 256 B alignment or more: the same vector-access verdict), without allocating.
+    /// ([`made_up_call`]), without allocating.
     fn prepare_kernels(&self, case: &Case) -> Result<(), CliError> {
-        let init = OutputLens::of(case)?;
-        let mut next = 1u64 << 40;
-        let mut at = |bytes: usize| {
-            let a = next;
-            next += (bytes.max(1) as u64).next_multiple_of(4096);
-            a
-        };
-        let addrs = Addrs {
-            x: at(2 * case.x.len()),
-            residual: case.residual.as_ref().map(|r| at(2 * r.len())),
-            w: at(2 * case.w.len()),
-            scale: scale_host(case).map(|v| at(4 * v.len())),
-            q: at(init.q),
-            row_major: init.row_major.map(&mut at),
-            swizzled: init.swizzled.map(&mut at),
-            fp8_scales: init.fp8_scales.map(&mut at),
-            y_out: init.y_out.map(|n| at(2 * n)),
-        };
-        match device_call(case, &init, &addrs)? {
+        match made_up_call(case)? {
             DeviceCall::Fp4(c) => self.gpu.prepare_raw(&c),
             DeviceCall::Fp8(c) => self.gpu.prepare_fp8_raw(&c),
         }
@@ -381,7 +362,7 @@ fn time_events(
 }
 
 /// The device call a [`CudaPrepared`] launches.
-enum DeviceCall {
+pub(crate) enum DeviceCall {
     Fp4(RawCall),
     Fp8(RawFp8Call),
 }
@@ -432,7 +413,11 @@ fn device_call(case: &Case, init: &OutputLens, a: &Addrs) -> Result<DeviceCall, 
         len: Some(len),
     };
     let y_out = a.y_out.map(|y| mat(y, init.y_out.unwrap_or(0)));
-    let residual = a.residual.map(|r| mat(r, case.x.len()));
+    // Each buffer with its own length: a short residual must reach the validator as such.
+    let residual = a
+        .residual
+        .zip(case.residual.as_ref())
+        .map(|(r, host)| mat(r, host.len()));
     let weight = RawBuf::new(a.w, case.w.len());
     Ok(match &case.op {
         Op::Fp4 { opts, .. } => {
@@ -480,6 +465,31 @@ fn device_call(case: &Case, init: &OutputLens, a: &Addrs) -> Result<DeviceCall, 
             })
         }
     })
+}
+
+/// The call `case` makes over made-up addresses laid out as the allocator's would be: each
+/// buffer 4 KiB-aligned (cudaMalloc's 256 B alignment or more: the same vector-access
+/// verdict) and apart from the others. What the validator reads, with no device.
+pub(crate) fn made_up_call(case: &Case) -> Result<DeviceCall, CliError> {
+    let init = OutputLens::of(case)?;
+    let mut next = 1u64 << 40;
+    let mut at = |bytes: usize| {
+        let a = next;
+        next += (bytes.max(1) as u64).next_multiple_of(4096);
+        a
+    };
+    let addrs = Addrs {
+        x: at(2 * case.x.len()),
+        residual: case.residual.as_ref().map(|r| at(2 * r.len())),
+        w: at(2 * case.w.len()),
+        scale: scale_host(case).map(|v| at(4 * v.len())),
+        q: at(init.q),
+        row_major: init.row_major.map(&mut at),
+        swizzled: init.swizzled.map(&mut at),
+        fp8_scales: init.fp8_scales.map(&mut at),
+        y_out: init.y_out.map(|n| at(2 * n)),
+    };
+    device_call(case, &init, &addrs)
 }
 
 struct CudaPrepared<'a> {

@@ -1224,6 +1224,38 @@ mod tests {
     use super::*;
     use crate::backend::Prepared;
 
+    /// The calls `verify` readies on a GPU before a batch runs (over made-up addresses,
+    /// `made_up_call`) pass the validator exactly where the reference accepts the case:
+    /// the kernels compiled ahead are those of every valid case, and a refused case is
+    /// refused there too.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn made_up_calls_validate_where_the_reference_accepts() {
+        use crate::cuda_backend::{made_up_call, DeviceCall};
+        let (mut valid, mut refused) = (0, 0);
+        for (gi, g) in GROUPS.iter().enumerate() {
+            let mut rng = StdRng::seed_from_u64(gi as u64 + 5);
+            for case in (g.make)(&mut rng, 40) {
+                let reference = run_on(&HostBackend::reference(), &case).0.is_ok();
+                let made_up = match made_up_call(&case) {
+                    Ok(DeviceCall::Fp4(c)) => c.validate().is_ok(),
+                    Ok(DeviceCall::Fp8(c)) => c.validate().is_ok(),
+                    Err(_) => false,
+                };
+                assert_eq!(made_up, reference, "{}: {}", g.name, case.describe());
+                if reference {
+                    valid += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+        assert!(
+            valid > 1000 && refused > 50,
+            "{valid} valid, {refused} refused"
+        );
+    }
+
     /// The random groups made in batches are the cases made all at once (same seed, same
     /// cases), and only they are sized by --cases.
     #[test]
