@@ -30,6 +30,11 @@ pub trait Backend {
     /// compiled in parallel). Best effort: a case that fails here fails again, and is
     /// reported, when it runs.
     fn warm(&self, _cases: &[Case]) {}
+    /// Whether [`Backend::warm`] does anything here (it compiles kernels), so that a
+    /// caller builds the cases for it only then.
+    fn warms(&self) -> bool {
+        false
+    }
     /// Measures a plain copy of `bytes` bytes on this device (read + written counted),
     /// the yardstick for the op's effective bandwidth.
     fn copy_baseline(&self, bytes: usize, reps: usize) -> Result<CopyBaseline, CliError>;

@@ -409,6 +409,9 @@ impl BenchArgs {
     }
 }
 
+/// Calls of at most this many elements ready their variants' kernels together first.
+const WARM_MAX_ELEMENTS: usize = 1 << 20;
+
 pub fn run(a: BenchArgs) -> Result<bool, CliError> {
     a.check_usage().map_err(CliError)?;
     let backend = backend::open(a.device)?;
@@ -557,6 +560,20 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
                 case.y_out = a.y_out;
                 if a.no_residual {
                     case.residual = None;
+                }
+                // Up to decode sizes, where compiling would take longer than timing, every
+                // variant's kernels are readied at once, in parallel (copies of such
+                // inputs are cheap).
+                if backend.warms() && variants.len() > 1 && m.saturating_mul(h) <= WARM_MAX_ELEMENTS
+                {
+                    let all: Vec<Case> = variants
+                        .iter()
+                        .map(|v| Case {
+                            op: v.op(&a),
+                            ..case.clone()
+                        })
+                        .collect();
+                    backend.warm(&all);
                 }
                 for v in &variants {
                     case.op = v.op(&a);

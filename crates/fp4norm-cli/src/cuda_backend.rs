@@ -233,6 +233,10 @@ impl Backend for CudaBackend {
         CudaPrepared::new(self, case).map(|p| Box::new(p) as Box<dyn Prepared + 'a>)
     }
 
+    fn warms(&self) -> bool {
+        true
+    }
+
     fn warm(&self, cases: &[Case]) {
         use rayon::prelude::*;
         // The conversion self-test once, before the threads: the kernels depend on it.
