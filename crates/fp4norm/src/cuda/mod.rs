@@ -530,12 +530,7 @@ impl Gpu {
         aligned: bool,
     ) -> Result<(), Error> {
         self.conversion_path()?;
-        let cfg = self.fp8_config(problem, scale_in_memory, aligned);
-        self.kernels.get(&self.ctx, &self.arch, &cfg)?;
-        if let Some(pass) = cfg.second_pass() {
-            self.kernels.get(&self.ctx, &self.arch, &pass)?;
-        }
-        Ok(())
+        self.load_kernels(&self.fp8_config(problem, scale_in_memory, aligned))
     }
 
     /// Compiles and loads the kernels a call with these parameters will use, so that the
@@ -547,8 +542,13 @@ impl Gpu {
         aligned: bool,
     ) -> Result<(), Error> {
         self.conversion_path()?;
-        let cfg = self.config(problem, gs, aligned);
-        self.kernels.get(&self.ctx, &self.arch, &cfg)?;
+        self.load_kernels(&self.config(problem, gs, aligned))
+    }
+
+    /// Compiles and loads the kernel of `cfg` and of its second pass, if any. The
+    /// conversion path must be settled first: the configuration depends on it.
+    pub(crate) fn load_kernels(&self, cfg: &KernelConfig) -> Result<(), Error> {
+        self.kernels.get(&self.ctx, &self.arch, cfg)?;
         if let Some(pass) = cfg.second_pass() {
             self.kernels.get(&self.ctx, &self.arch, &pass)?;
         }

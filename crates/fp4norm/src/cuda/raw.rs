@@ -958,14 +958,6 @@ fn fused_fp8_config(
     )
 }
 
-/// Compiles and loads the kernels of `cfg` (and of its second pass) on `gpu`, whose
-/// conversion path must be settled (the configuration depends on it).
-fn load_kernels(gpu: &Gpu, cfg: &KernelConfig) -> Result<(), Error> {
-    gpu.kernels.get(&gpu.ctx, &gpu.arch, cfg)?;
-    load_second_pass(gpu, cfg)?;
-    Ok(())
-}
-
 /// What [`Gpu::prepare_raw`] does: the validator's verdict alone picks the kernels (its
 /// host checks read no memory), so the addresses need not be live.
 pub(crate) fn prepare_fused(gpu: &Gpu, c: &RawCall) -> Result<(), Error> {
@@ -976,7 +968,7 @@ pub(crate) fn prepare_fused(gpu: &Gpu, c: &RawCall) -> Result<(), Error> {
     gpu.conversion_path()?;
     let (p, aligned) = (checked.problem, checked.vector_aligned);
     let (cfg, _) = fused_config(gpu, c, &p, aligned, Ranks::Gathered(&[]));
-    load_kernels(gpu, &cfg)
+    gpu.load_kernels(&cfg)
 }
 
 /// [`prepare_fused`] for an FP8 call.
@@ -988,7 +980,7 @@ pub(crate) fn prepare_fused_fp8(gpu: &Gpu, c: &crate::fp8::RawFp8Call) -> Result
     gpu.conversion_path()?;
     let (p, aligned) = (checked.problem, checked.vector_aligned);
     let cfg = fused_fp8_config(gpu, c, &p, aligned, Ranks::Gathered(&[]));
-    load_kernels(gpu, &cfg)
+    gpu.load_kernels(&cfg)
 }
 
 /// The FP8 op; with `more` ranks' inputs (ranks 1, 2, ...) the all-reduce in front of it
