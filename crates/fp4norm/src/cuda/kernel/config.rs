@@ -929,14 +929,15 @@ mod tests {
         };
         let f32_g128 = col(Fp8Group::G128, Fp8ScaleFormat::F32_NO_FLOOR);
         // 16384 x 16384 in groups of 128: 8 MiB of f32 scales, kept and at least an eighth
-        // of the H200's L2. One CTA of 512 per row, two per SM: a wave of 264 rows, then
+        // of the H200's L2. Four CTAs of 256 per row, five per SM: a wave of 165 rows, then
         // two lines of 32 rows.
         let c = fp8_config(16384, 16384, &f32_g128);
         assert!(c.fp8.is_some_and(|f| f.keep_scales && !f.split_scales));
-        assert_eq!(demoted(&c), 264 + 64, "{}", c.describe());
+        assert_eq!((c.threads_per_row, c.cluster), (256, 4), "{}", c.describe());
+        assert_eq!(demoted(&c), 165 + 64, "{}", c.describe());
         // UE8M0 codes in groups of 32 (8 MiB of bytes): lines of 128 rows.
         let c = fp8_config(16384, 16384, &col(Fp8Group::G32, Fp8ScaleFormat::UE8M0));
-        assert_eq!(demoted(&c), 264 + 256, "{}", c.describe());
+        assert_eq!(demoted(&c), 165 + 256, "{}", c.describe());
         // Kept but under an eighth of the L2 (4 MiB and 1 MiB): left kept.
         assert_eq!(demoted(&fp8_config(16384, 8192, &f32_g128)), 0);
         assert_eq!(demoted(&fp8_config(4096, 8192, &f32_g128)), 0);

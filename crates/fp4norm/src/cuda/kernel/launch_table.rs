@@ -39,6 +39,7 @@ const fn split(
 
 const ANY: Option<DType> = None;
 const F16: Option<DType> = Some(DType::F16);
+const BF16: Option<DType> = Some(DType::BF16);
 const ALL: usize = usize::MAX;
 
 /// The launch table of many rows (more than the SMs) on GPUs with thread-block clusters:
@@ -65,6 +66,7 @@ const MANY_ROWS: &[Split] = &[
 const FP8_MANY_ROWS: &[Split] = &[
     //    H      dtype rows/SM   CTAs vectors
     split(8192,  ANY,  16, ALL,  1,   2), // one CTA of 512 beats two of 256: no cluster exchange
+    split(16384, BF16, 64, ALL,  4,   2), // bf16: four CTAs of 256 beyond 64 too; one of 512 lost
 ];
 
 /// Threads per row, rows per CTA and CTAs per row for `m` rows of `h` elements in blocks
@@ -731,6 +733,7 @@ mod tests {
                 (8192, 133),
                 (8192, 16),
                 (16384, 4096),
+                (16384, 8448),
                 (4096, 4096),
             ] {
                 assert_eq!(
@@ -744,6 +747,24 @@ mod tests {
                 fp8_launch_shape(8192, block, 4096, dtype, &NO_CLUSTERS),
                 launch_shape(8192, block, 4096, dtype, &NO_CLUSTERS)
             );
+        }
+        // H = 16384 beyond 64 rows per SM: four CTAs of 256 for bf16 FP8 rows, one CTA of
+        // 512 for FP4 and for f16 rows.
+        for block in [8, 32, 128] {
+            for m in [8449, 16384, 1 << 20] {
+                assert_eq!(
+                    fp8_launch_shape(16384, block, m, DType::BF16, &H200),
+                    (256, 1, 4)
+                );
+                assert_eq!(
+                    launch_shape(16384, block, m, DType::BF16, &H200),
+                    (512, 1, 1)
+                );
+                assert_eq!(
+                    fp8_launch_shape(16384, block, m, DType::F16, &H200),
+                    launch_shape(16384, block, m, DType::F16, &H200)
+                );
+            }
         }
     }
 
