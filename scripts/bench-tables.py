@@ -899,14 +899,17 @@ class Fp8Page:
         return [vs_same(r) for r in self.cells.get((f, m, h), []) if vs_same(r) is not None]
 
     def block_runs(self):
-        out = ["| run | commit | copy GB/s | rows | byte check |", "|---|---|---|---|---|"]
+        # The card by name (the description's part before its details): the section's
+        # figures are that card's, whatever card the page's other sections name.
+        out = ["| run | card | commit | copy GB/s | rows | byte check |", "|---|---|---|---|---|---|"]
         for run in self.runs:
+            card = run.data.get("device_description", "?").split(" (")[0]
             rows = run.data["rows"]
             checked = sum(r.get("check") != "skipped" for r in rows)
             ok = run.data.get("all_ok", True)
             check = ("MISMATCH: see the JSON" if not ok else "every row matched" if checked == len(rows)
                      else "`--no-check`" if checked == 0 else f"{checked} of {len(rows)} rows, all matched")
-            out.append(f"| `{run.source}` | {run.commit} | {run.copy:.1f} | {len(rows)} | {check} |")
+            out.append(f"| `{run.source}` | {card} | {run.commit} | {run.copy:.1f} | {len(rows)} | {check} |")
         return out
 
     def block_table(self):

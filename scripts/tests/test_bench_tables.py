@@ -67,6 +67,16 @@ class Fp8Targets(unittest.TestCase):
         self.assertAlmostEqual(page.us("mxfp8", 1, 4096), 1.7)
         self.assertEqual(page.targets("mxfp8")[2], "met")
 
+    def test_runs_name_their_card(self):
+        page = fp8_page(run([row("fp8-tensor", 1, 4096, us=1.6, scale="static", layout="none")],
+                            desc="NVIDIA H100 80GB HBM3 (cuda:0, sm_90, 132 SMs; built-in launch table)"),
+                        run([row("fp8-tensor", 1, 4096, us=1.5, scale="static", layout="none")],
+                            desc="NVIDIA H200 (cuda:0, sm_90, 132 SMs)"))
+        lines = page.block_runs()
+        self.assertEqual(lines[0], "| run | card | commit | copy GB/s | rows | byte check |")
+        self.assertEqual(lines[2], "| `run0.json` | NVIDIA H100 80GB HBM3 | c1 | 4000.0 | 1 | every row matched |")
+        self.assertIn("| NVIDIA H200 |", lines[3])
+
     def test_families_come_from_the_rows_scaling(self):
         cases = [(dict(fmt="mxfp8-e5m2", layout="swizzled", group=32, scale="ue8m0"), "MXFP8"),
                  (dict(fmt="fp8-group128-e5m2", layout="column-major", group=128), "column-major groups"),
