@@ -82,7 +82,7 @@ if has tests && [ "${TESTS_EXTRA:-1}" != 0 ]; then
   FP4NORM_PAD_SPREAD=0 "$bin/gpu_fp8" --test-threads=3 > "$out/gpu-fp8-tests-padctas.log" 2>&1
   grep -E "^FAIL|panicked" "$out/gpu-fp8-tests-padctas.log" | head -20
   summary+=("tests, padding rows' own CTAs forced: $(grep 'test result' "$out/gpu-tests-padctas.log" | tail -1), FP8 $(grep 'test result' "$out/gpu-fp8-tests-padctas.log" | tail -1) ($(( $(date +%s) - start ))s)")
-  # The split column-major FP8 write is the default only from 2^25 elements, past the FP8
+  # The split column-major FP8 write is the default only from 2^25 elements on fast DRAM, past the FP8
   # sweep: the FP8 suite again with it forced wherever the layout allows it.
   start=$(date +%s)
   FP4NORM_FP8_SCALES_SPLIT=1 "$bin/gpu_fp8" --test-threads=3 > "$out/gpu-fp8-tests-colsplit.log" 2>&1

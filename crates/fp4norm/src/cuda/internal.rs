@@ -38,6 +38,14 @@ pub fn with_launch_shape(gpu: Gpu, shape: Option<(u32, u32, u32)>) -> Gpu {
     gpu.with_launch_shape(shape)
 }
 
+/// `gpu` planning its launches as if its DRAM streamed `bytes_per_s` (0: unknown), the one
+/// device figure a launch rule reads that two Hopper parts differ in: for testing on one
+/// GPU the write another would take (the split column-major scales).
+pub fn with_dram_bandwidth(mut gpu: Gpu, bytes_per_s: u64) -> Gpu {
+    gpu.limits.dram_bytes_per_s = bytes_per_s;
+    gpu
+}
+
 /// `gpu` with its conversion path forced (`fast`: the hardware conversions, untested;
 /// otherwise the literal encoders), as `FP4NORM_SELFTEST=hardware|literal` does for a
 /// whole process: for testing the fallback path on a GPU whose self-test passes.

@@ -26,6 +26,10 @@ pub struct DeviceLimits {
     pub max_cluster: u32,
     /// L2 cache, in bytes (the L2 prefetch keeps its rows ahead within half of it).
     pub l2_bytes: u64,
+    /// Peak DRAM bandwidth in bytes per second (memory clock × 2 × bus width), 0 where the
+    /// device does not report it: how fast rows stream past the L2, which decides whether
+    /// one L2 request per 4-byte scale is hidden behind them.
+    pub dram_bytes_per_s: u64,
 }
 
 impl DeviceLimits {
@@ -38,6 +42,7 @@ impl DeviceLimits {
         shared_per_block: 48 << 10,
         max_cluster: 8,
         l2_bytes: 60 << 20,
+        dram_bytes_per_s: 4_800_000_000_000,
     };
 
     /// Reads the limits of the device behind `ctx`.
@@ -75,6 +80,17 @@ impl DeviceLimits {
             )?,
             max_cluster: if clusters != 0 { 8 } else { 1 },
             l2_bytes: get(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "reading the L2 size")? as u64,
+            // Both attributes are informational: a driver that does not report them leaves
+            // the bandwidth unknown (0), not the device unusable.
+            dram_bytes_per_s: match (
+                ctx.attribute(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
+                ctx.attribute(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
+            ) {
+                (Ok(khz), Ok(bits)) if khz > 0 && bits > 0 => {
+                    (khz as u64 * 1000 * 2).saturating_mul(bits as u64 / 8)
+                }
+                _ => 0,
+            },
         })
     }
 
@@ -85,18 +101,19 @@ impl DeviceLimits {
     /// `"l40s"` (sm_89, no clusters).
     pub fn part(name: &str) -> Option<(&'static str, DeviceLimits)> {
         let h = DeviceLimits::H200;
+        const G: u64 = 1_000_000_000;
         // Every part: 64 K registers and 48 KiB of static shared memory per CTA; portable
         // clusters of 8 from sm_90 on, none before; sm_89 and sm_12x have 1536 threads per SM.
         #[rustfmt::skip]
         let parts: [(&str, &str, DeviceLimits); 8] = [
             ("h200", "sm_90", h),
-            ("b200", "sm_100a", DeviceLimits { sm_count: 148, l2_bytes: 126 << 20, ..h }),
-            ("b300", "sm_103a", DeviceLimits { sm_count: 160, l2_bytes: 126 << 20, ..h }),
-            ("rtx5090", "sm_120a", DeviceLimits { sm_count: 170, max_threads_per_sm: 1536, l2_bytes: 96 << 20, ..h }),
-            ("rtx-pro-6000", "sm_120a", DeviceLimits { sm_count: 188, max_threads_per_sm: 1536, l2_bytes: 128 << 20, ..h }),
-            ("gb10", "sm_121a", DeviceLimits { sm_count: 48, max_threads_per_sm: 1536, l2_bytes: 24 << 20, ..h }),
-            ("a100", "sm_80", DeviceLimits { sm_count: 108, max_cluster: 1, l2_bytes: 40 << 20, ..h }),
-            ("l40s", "sm_89", DeviceLimits { sm_count: 142, max_threads_per_sm: 1536, max_cluster: 1, l2_bytes: 96 << 20, ..h }),
+            ("b200", "sm_100a", DeviceLimits { sm_count: 148, l2_bytes: 126 << 20, dram_bytes_per_s: 8_000 * G, ..h }),
+            ("b300", "sm_103a", DeviceLimits { sm_count: 160, l2_bytes: 126 << 20, dram_bytes_per_s: 8_000 * G, ..h }),
+            ("rtx5090", "sm_120a", DeviceLimits { sm_count: 170, max_threads_per_sm: 1536, l2_bytes: 96 << 20, dram_bytes_per_s: 1_792 * G, ..h }),
+            ("rtx-pro-6000", "sm_120a", DeviceLimits { sm_count: 188, max_threads_per_sm: 1536, l2_bytes: 128 << 20, dram_bytes_per_s: 1_792 * G, ..h }),
+            ("gb10", "sm_121a", DeviceLimits { sm_count: 48, max_threads_per_sm: 1536, l2_bytes: 24 << 20, dram_bytes_per_s: 273 * G, ..h }),
+            ("a100", "sm_80", DeviceLimits { sm_count: 108, max_cluster: 1, l2_bytes: 40 << 20, dram_bytes_per_s: 2_039 * G, ..h }),
+            ("l40s", "sm_89", DeviceLimits { sm_count: 142, max_threads_per_sm: 1536, max_cluster: 1, l2_bytes: 96 << 20, dram_bytes_per_s: 864 * G, ..h }),
         ];
         parts
             .into_iter()

@@ -275,7 +275,7 @@ impl KernelConfig {
         let layout = p.layout();
         let swizzled = layout == Some(Fp8ScaleLayout::Swizzled);
         let column_major = layout == Some(Fp8ScaleLayout::ColumnMajor);
-        let split = column_major && aligned && !per_token && column_scales_split_wanted(p);
+        let split = column_major && aligned && !per_token && column_scales_split_wanted(p, limits);
         let mut cfg = KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,

@@ -333,10 +333,12 @@ pub fn column_demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 
 /// kernel costs about a microsecond, which below that the fewer requests do not make up
 /// for; groups of 128 store a quarter as many scales as groups of 32 and gain nothing. Needs
 /// whole tiles (H / G a multiple of the tile's groups, at least 8 rows; the last rows of
-/// an M not a multiple of 8 are written directly). The knob `FP4NORM_FP8_SCALES_SPLIT`
-/// overrides the size and group rule (not the layout's needs); the host splits only on
-/// GPUs with programmatic dependent launch.
-pub fn column_scales_split_wanted(p: &crate::fp8::Fp8Problem) -> bool {
+/// an M not a multiple of 8 are written directly). Only on GPUs whose DRAM streams at
+/// least [`SPLIT_MIN_DRAM_BYTES_PER_S`] (or does not say how fast): on slower DRAM the
+/// requests hide behind the rows' bytes and the direct write is the faster. The knob
+/// `FP4NORM_FP8_SCALES_SPLIT` overrides the size, group and bandwidth rule (not the
+/// layout's needs); the host splits only on GPUs with programmatic dependent launch.
+pub fn column_scales_split_wanted(p: &crate::fp8::Fp8Problem, limits: &DeviceLimits) -> bool {
     use crate::fp8::{Fp8Group, Fp8ScaleFormat, Fp8ScaleLayout, Fp8Scaling};
     let Fp8Scaling::Dynamic {
         group,
@@ -349,8 +351,18 @@ pub fn column_scales_split_wanted(p: &crate::fp8::Fp8Problem) -> bool {
     let g = group.size(p.h);
     // A tile's groups are a warp's: 32 lanes of 8 elements.
     let possible = group != Fp8Group::PerToken && p.h % 256 == 0 && p.m >= 8;
-    possible && knobs::fp8_scales_split().unwrap_or(g <= 64 && p.m.saturating_mul(p.h) >= 1 << 25)
+    let fast_dram =
+        limits.dram_bytes_per_s == 0 || limits.dram_bytes_per_s >= SPLIT_MIN_DRAM_BYTES_PER_S;
+    possible
+        && knobs::fp8_scales_split()
+            .unwrap_or(fast_dram && g <= 64 && p.m.saturating_mul(p.h) >= 1 << 25)
 }
+
+/// The DRAM bandwidth from which the split column-major write pays
+/// ([`column_scales_split_wanted`]): between the H100's 3.35 TB/s, where the direct write
+/// with the current launch shapes is the faster at every size the split would take, and
+/// the H200's 4.8 TB/s, where the split was measured the faster (docs/fp8-kernels.md).
+pub const SPLIT_MIN_DRAM_BYTES_PER_S: u64 = 4_000_000_000_000;
 
 /// Whether the zero scales of the swizzled layout's padding rows (the last 128-row tile's
 /// rows past M, in a direct write) are written by every thread of the call's rows in
@@ -885,7 +897,7 @@ mod tests {
     }
 
     #[test]
-    fn column_scales_split_for_groups_of_32_and_64_from_2_to_the_25_elements() {
+    fn column_scales_split_for_groups_of_32_and_64_from_2_to_the_25_elements_on_fast_dram() {
         if std::env::var_os("FP4NORM_FP8_SCALES_SPLIT").is_some() {
             return; // the knob overrides the rule
         }
@@ -895,7 +907,7 @@ mod tests {
         let split = |m: usize, h: usize, group, format, layout| {
             let o = Fp8Options::dynamic(Fp8Element::E4M3, group, format, layout);
             let p = Fp8Problem::new(m, h, DType::BF16, &o).expect("valid");
-            let wanted = column_scales_split_wanted(&p);
+            let wanted = column_scales_split_wanted(&p, &H200);
             // The configuration carries the rule (aligned rows).
             let cfg = KernelConfig::fp8(&p, false, true, &H200);
             assert_eq!(cfg.fp8.map(|f| f.split_scales), Some(wanted));
@@ -925,5 +937,25 @@ mod tests {
         let p = Fp8Problem::new(4096, 8192, DType::BF16, &o).expect("valid");
         let cfg = KernelConfig::fp8(&p, false, false, &H200);
         assert_eq!(cfg.fp8.map(|f| f.split_scales), Some(false));
+        // Slower DRAM (an H100's) hides the direct write's requests; a device that does not
+        // report its bandwidth keeps the split.
+        let h100 = DeviceLimits {
+            l2_bytes: 50 << 20,
+            dram_bytes_per_s: 3_350_000_000_000,
+            ..H200
+        };
+        let unknown = DeviceLimits {
+            dram_bytes_per_s: 0,
+            ..H200
+        };
+        for (m, h, group) in [(4096, 8192, Fp8Group::G32), (16384, 16384, Fp8Group::G64)] {
+            let o = Fp8Options::dynamic(Fp8Element::E4M3, group, f32s, col);
+            let p = Fp8Problem::new(m, h, DType::BF16, &o).expect("valid");
+            assert!(!column_scales_split_wanted(&p, &h100));
+            let cfg = KernelConfig::fp8(&p, false, true, &h100);
+            assert_eq!(cfg.fp8.map(|f| f.split_scales), Some(false));
+            assert!(cfg.second_pass().is_none());
+            assert!(column_scales_split_wanted(&p, &unknown));
+        }
     }
 }
