@@ -143,15 +143,6 @@ impl CaseProblem {
             CaseProblem::Fp8(p) => p.bytes_moved(),
         }
     }
-
-    /// The FP4 problem, if this is one.
-    #[cfg(feature = "cuda")]
-    pub fn fp4(&self) -> Option<&Problem> {
-        match self {
-            CaseProblem::Fp4(p) => Some(p),
-            CaseProblem::Fp8(_) => None,
-        }
-    }
 }
 
 /// All inputs of one call, on the host.

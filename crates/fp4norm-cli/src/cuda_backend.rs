@@ -12,7 +12,8 @@ use fp4norm::{RawBuf, RawCall, RawGlobalScale, RawMat};
 
 use crate::backend::{median, Backend, CopyBaseline, Prepared};
 use crate::case::{
-    compare, try_vec, Case, Fp8ScaleGeom, Gs, Op, OutputLens, Outputs, OUT_CANARY, Y_OUT_CANARY,
+    compare, try_vec, Case, CaseProblem, Fp8ScaleGeom, Gs, Op, OutputLens, Outputs, OUT_CANARY,
+    Y_OUT_CANARY,
 };
 use crate::CliError;
 
@@ -65,55 +66,62 @@ impl CudaBackend {
         .map_err(|e| CliError(e.to_string()))
     }
 
-    /// Compiles the fused kernel of rows of `h` elements of `dtype` (NVFP4, row-major, the
-    /// tuning's calls) in each launch shape of `shapes`, in parallel, into the disk cache
-    /// (one `Gpu` handle per thread: a handle's forced shape is its own).
+    /// The kernel configuration a tuning call of `op` on `problem` runs, in the shape
+    /// forced on this handle (if any).
+    pub fn tune_config(
+        &self,
+        op: &Op,
+        problem: &CaseProblem,
+    ) -> fp4norm::cuda::internal::KernelConfig {
+        tune_config_on(&self.gpu, op, problem)
+    }
+
+    /// Compiles the kernels of `op` on `problem` (the tuning's calls of one row count) in
+    /// each launch shape of `shapes`, in parallel, into the disk cache (one `Gpu` handle per
+    /// thread: a handle's forced shape is its own).
     pub fn precompile_shapes(
         &self,
-        h: usize,
-        dtype: fp4norm::DType,
+        op: &Op,
+        problem: &CaseProblem,
         shapes: &[(u32, u32, u32)],
     ) -> Result<(), CliError> {
         use fp4norm::cuda::{internal, GsMode};
         use rayon::prelude::*;
-        let opts = fp4norm::Options::nvfp4().with_format(crate::tune::TUNE_FORMAT);
-        let p = fp4norm::Problem::new(1024, h, dtype, crate::tune::TUNE_LAYOUT, &opts)?;
         shapes.par_iter().try_for_each(|&shape| {
             let g = internal::with_launch_shape(Gpu::new(self.gpu.ordinal())?, Some(shape));
-            g.prepare(&p, GsMode::Uniform, true)
+            match (op, problem) {
+                (
+                    Op::Fp8 {
+                        scale_in_memory, ..
+                    },
+                    CaseProblem::Fp8(p),
+                ) => g.prepare_fp8(p, *scale_in_memory, true),
+                (_, CaseProblem::Fp4(p)) => g.prepare(p, GsMode::Uniform, true),
+                (_, CaseProblem::Fp8(p)) => g.prepare_fp8(p, true, true),
+            }
         })?;
         Ok(())
     }
 
-    /// Times the op on `m` rows of `h` elements of `dtype` (fresh random data, NVFP4,
-    /// row-major, residual) in the built-in launch shape and in each of `shapes`, by
-    /// CUDA-graph replay; checks that every shape writes the built-in shape's bytes.
-    /// Returns (built-in shape, seconds per call) and the fastest (shape, seconds).
+    /// Times `op` on `m` rows of `h` elements of `dtype` (fresh random data, residual) in
+    /// the built-in launch shape and in each of `shapes`, by CUDA-graph replay; checks that
+    /// every shape writes the built-in shape's bytes. Returns (built-in shape, seconds per
+    /// call) and the fastest (shape, seconds).
     #[allow(clippy::type_complexity)]
     pub fn tune_bucket(
         &self,
         m: usize,
         h: usize,
         dtype: fp4norm::DType,
+        op: &Op,
         shapes: &[(u32, u32, u32)],
     ) -> Result<(((u32, u32, u32), f64), ((u32, u32, u32), f64)), CliError> {
-        use fp4norm::cuda::{internal, GsMode};
-        let opts = fp4norm::Options::nvfp4().with_format(crate::tune::TUNE_FORMAT);
-        let case = Case::try_random_op(
-            m,
-            h,
-            dtype,
-            Op::Fp4 {
-                opts,
-                layout: crate::tune::TUNE_LAYOUT,
-            },
-            0x7u64 ^ (m * h) as u64,
-        )?;
+        use fp4norm::cuda::internal;
+        let case = Case::try_random_op(m, h, dtype, *op, 0x7u64 ^ (m * h) as u64)?;
         let problem = case.problem()?;
-        let p = *problem.fp4().expect("the tuning's calls are FP4");
         let mut prep = CudaPrepared::new(self, &case)?;
         let shape_now = || {
-            let c = internal::config(&self.gpu, &p, GsMode::Uniform, true);
+            let c = tune_config_on(&self.gpu, op, &problem);
             (c.threads_per_row, c.rows_per_cta, c.cluster)
         };
         // Seconds per call: enough calls per graph for ~2 ms, the median of 15 replays.
@@ -720,5 +728,25 @@ impl Prepared for CudaPrepared<'_> {
 impl Drop for CudaPrepared<'_> {
     fn drop(&mut self) {
         let _ = self.be.stream.synchronize();
+    }
+}
+
+/// The kernel configuration `op` on `problem` runs on `gpu` (the tuning's calls: aligned
+/// rows; an FP4 call with its global scale in memory).
+fn tune_config_on(
+    gpu: &Gpu,
+    op: &Op,
+    problem: &CaseProblem,
+) -> fp4norm::cuda::internal::KernelConfig {
+    use fp4norm::cuda::{internal, GsMode};
+    match (op, problem) {
+        (
+            Op::Fp8 {
+                scale_in_memory, ..
+            },
+            CaseProblem::Fp8(p),
+        ) => internal::fp8_config(gpu, p, *scale_in_memory, true),
+        (_, CaseProblem::Fp8(p)) => internal::fp8_config(gpu, p, true, true),
+        (_, CaseProblem::Fp4(p)) => internal::config(gpu, p, GsMode::Uniform, true),
     }
 }

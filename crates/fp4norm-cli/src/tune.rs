@@ -5,6 +5,8 @@
 
 use fp4norm::{DType, Fp4Format, ScaleLayout};
 
+use crate::case::{CaseProblem, Op};
+use crate::format::{parse_format, Format};
 use crate::CliError;
 
 /// Row lengths of the full run: the hidden sizes of the bench table.
@@ -19,16 +21,19 @@ const MAX_ELEMS: usize = 1 << 28;
 #[command(
     long_about = "Measure launch shapes (threads per row, rows per CTA, CTAs per row) on this GPU \
 and write the fastest of each bucket to the table fp4norm then uses on this device.\n\n\
-For each row length H and dtype, and each bucket of row counts (1 row; up to 1/8, 1/2 and all \
-of the SMs; 16, 32, 64 rows per SM and beyond), every generic candidate shape (1 to 8 CTAs per \
-row, 1 to 16 vectors of 8 elements per thread; no built-in table goes into them) is timed by \
-CUDA-graph replay on NVFP4 row-major calls of fresh random data, and its bytes are compared \
-with the built-in shape's: a shape never changes what a call writes. The table is written to \
-the cache directory (FP4NORM_CACHE_DIR, else ~/.cache/fp4norm) under tuned/; a `Gpu` opened \
-afterwards on the same device, fp4norm version and kernel source uses it (FP4NORM_TUNED=off \
-ignores it). Printed: per bucket, the built-in shape's time and the tuned one's.\n\n\
---quick measures bf16 at H = 4096, 8192, 16384 (about a minute on an H200); the full run \
-bf16 and f16 at H = 2048 ... 32768 (a few minutes). Progress goes to stderr."
+For each format, row length H and dtype, and each bucket of row counts (1 row; up to 1/8, 1/2 \
+and all of the SMs; 16, 32, 64 rows per SM and beyond), every generic candidate shape (1 to 8 \
+CTAs per row, 1 to 16 vectors of 8 elements per thread; no built-in table goes into them) is \
+timed by CUDA-graph replay on calls of fresh random data, and its bytes are compared with the \
+built-in shape's: a shape never changes what a call writes. A format's shapes serve every call \
+of its class: the FP4 op (nvfp4, measured row-major, also serves mxfp4), FP8 per tensor, FP8 \
+per token, FP8 per group of each size (fp8-group128 also serves fp8-g128-ue8m0-column-major). \
+The table is written to the cache directory (FP4NORM_CACHE_DIR, else ~/.cache/fp4norm) under \
+tuned/, keeping the rows of classes not tuned this time; a `Gpu` opened afterwards on the same \
+device, fp4norm version and kernel source uses it (FP4NORM_TUNED=off ignores it). Printed: per \
+bucket, the built-in shape's time and the tuned one's.\n\n\
+--quick measures bf16 at H = 4096, 8192, 16384 (about a minute a format on an H200); the full \
+run bf16 and f16 at H = 2048 ... 32768 (a few minutes a format). Progress goes to stderr."
 )]
 pub struct TuneArgs {
     /// The quick run: bf16, H = 4096, 8192, 16384
@@ -41,6 +46,10 @@ pub struct TuneArgs {
     /// Element types to tune: bf16, f16 [default: both; bf16 with --quick]
     #[arg(long = "dtype", value_name = "DTYPE", value_delimiter = ',')]
     dtypes: Vec<DType>,
+    /// Formats whose kernels to tune, comma-separated, as `bench --format` names them
+    /// (e.g. nvfp4, fp8-tensor, fp8-token, fp8-group128, mxfp8) [default: nvfp4]
+    #[arg(long = "format", value_name = "FORMAT", value_delimiter = ',', value_parser = parse_format)]
+    formats: Vec<Format>,
     /// CUDA device ordinal [default: FP4NORM_DEVICE, else 0]
     #[arg(long, value_name = "N", value_parser = crate::args::count0,
           allow_negative_numbers = true)]
@@ -58,14 +67,29 @@ impl TuneArgs {
                 "--h {h}: a hidden size must be a positive multiple of 16"
             ));
         }
-        // The calls measured have up to 1024 rows: their byte counts must fit.
-        let opts = fp4norm::Options::nvfp4().with_format(TUNE_FORMAT);
-        for &h in &self.h {
-            if let Err(e) = fp4norm::Problem::new(1024, h, DType::BF16, TUNE_LAYOUT, &opts) {
-                return Err(format!("--h {h}: {e}"));
+        // The calls measured have up to 1024 rows: each format must take them.
+        for f in self.formats() {
+            for &h in &self.h {
+                if let Err(e) = problem_of(&op_of(f), 1024, h, DType::BF16) {
+                    return Err(format!("--h {h} does not fit format {f}: {e}"));
+                }
             }
         }
         Ok(())
+    }
+
+    /// The formats to tune, in order, each once.
+    fn formats(&self) -> Vec<Format> {
+        let mut out: Vec<Format> = Vec::new();
+        for &f in &self.formats {
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+        if out.is_empty() {
+            out.push(Format::Fp4(TUNE_FORMAT));
+        }
+        out
     }
 
     fn plan(&self) -> (Vec<usize>, Vec<DType>) {
@@ -87,8 +111,33 @@ impl TuneArgs {
     }
 }
 
+/// The op a tuning call of format `f` runs: the FP4 formats row-major, FP8 formats with
+/// their own layout, a per-tensor scale of 1 read from memory and no f32 floor.
+pub fn op_of(f: Format) -> Op {
+    match f {
+        Format::Fp4(format) => Op::Fp4 {
+            opts: fp4norm::Options::default().with_format(format),
+            layout: TUNE_LAYOUT,
+        },
+        Format::Fp8(f) => Op::fp8(f.options(1.0, 0.0)),
+    }
+}
+
+/// The validated problem of `op` on `m` rows of `h` elements of `dtype` (the validators'
+/// message if it takes no such call).
+fn problem_of(op: &Op, m: usize, h: usize, dtype: DType) -> fp4norm::Result<CaseProblem> {
+    Ok(match op {
+        Op::Fp4 { opts, layout } => {
+            CaseProblem::Fp4(fp4norm::Problem::new(m, h, dtype, *layout, opts)?)
+        }
+        Op::Fp8 { opts, .. } => CaseProblem::Fp8(fp4norm::fp8::Fp8Problem::new(m, h, dtype, opts)?),
+    })
+}
+
 /// One measured bucket, for the summary.
 pub struct BucketResult {
+    /// The kernels the shape serves (`fp4`, `fp8-token`, ...).
+    pub class: String,
     pub dtype: DType,
     pub h: usize,
     pub m_from: usize,
@@ -109,7 +158,7 @@ pub fn run(_args: TuneArgs) -> Result<bool, CliError> {
 #[cfg(feature = "cuda")]
 pub fn run(args: TuneArgs) -> Result<bool, CliError> {
     use crate::cuda_backend::CudaBackend;
-    use fp4norm::cuda::{internal, TunedRow, TunedTable};
+    use fp4norm::cuda::{internal, ShapeClass, TunedRow, TunedTable};
 
     let ordinal = match args.device {
         Some(n) => n,
@@ -119,66 +168,91 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
     let gpu = be.gpu();
     let limits = *gpu.limits();
     let (hs, dtypes) = args.plan();
+    let formats = args.formats();
     let buckets = internal::tune_buckets(limits.sm_count);
     eprintln!(
-        "tuning on {} ({}, {} SMs): H {:?}, {:?}, {} buckets of row counts",
+        "tuning on {} ({}, {} SMs): {} at H {:?}, {:?}, {} buckets of row counts",
         gpu.name(),
         gpu.arch(),
         limits.sm_count,
+        formats
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
         hs,
         dtypes,
         buckets.len()
     );
     let started = std::time::Instant::now();
     let mut results = Vec::new();
-    let total = hs.len() * dtypes.len();
-    for (i, (&dtype, &h)) in dtypes
-        .iter()
-        .flat_map(|d| hs.iter().map(move |h| (d, h)))
-        .enumerate()
-    {
-        let candidates = internal::tune_candidates(h, 16, &limits);
-        // Compile every candidate in parallel first (each once for all buckets: the row
-        // count does not change a row-major kernel), through the disk cache.
-        be.precompile_shapes(h, dtype, &candidates)?;
-        for &(m_from, m_to, m) in &buckets {
-            let m = m.min((MAX_ELEMS / h).max(1));
-            let r = be.tune_bucket(m, h, dtype, &candidates)?;
-            results.push(BucketResult {
-                dtype,
-                h,
-                m_from,
-                m_to,
-                m,
-                builtin: r.0,
-                best: r.1,
-                candidates: candidates.len(),
-            });
+    let mut rows: Vec<TunedRow> = Vec::new();
+    let mut tuned: Vec<(ShapeClass, DType, usize)> = Vec::new();
+    let total = formats.len() * hs.len() * dtypes.len();
+    let mut done = 0;
+    for &format in &formats {
+        let op = op_of(format);
+        for &dtype in &dtypes {
+            for &h in &hs {
+                done += 1;
+                // One call's configuration gives the class and the block the shapes must fit.
+                let cfg = be.tune_config(&op, &problem_of(&op, 1, h, dtype)?);
+                let class = cfg.shape_class();
+                if tuned.contains(&(class, dtype, h)) {
+                    eprintln!("[{done}/{total}] {format} {dtype} H={h}: its class {class} is tuned already");
+                    continue;
+                }
+                tuned.push((class, dtype, h));
+                let candidates = internal::tune_candidates(class, h, cfg.shape_block(), &limits);
+                let ms: Vec<usize> = buckets
+                    .iter()
+                    .map(|b| b.2.min((MAX_ELEMS / h).max(1)))
+                    .collect();
+                // Compile every candidate in parallel first, through the disk cache (a row
+                // count can change an FP8 kernel's scale write; equal kernels compile once).
+                for &m in &ms {
+                    be.precompile_shapes(&op, &problem_of(&op, m, h, dtype)?, &candidates)?;
+                }
+                for (&(m_from, m_to, _), &m) in buckets.iter().zip(&ms) {
+                    let r = be.tune_bucket(m, h, dtype, &op, &candidates)?;
+                    results.push(BucketResult {
+                        class: class.to_string(),
+                        dtype,
+                        h,
+                        m_from,
+                        m_to,
+                        m,
+                        builtin: r.0,
+                        best: r.1,
+                        candidates: candidates.len(),
+                    });
+                    rows.push(TunedRow {
+                        class,
+                        dtype,
+                        h,
+                        m_from,
+                        m_to,
+                        shape: r.1 .0,
+                    });
+                }
+                eprintln!(
+                    "[{done}/{total}] {format} ({class}) {dtype} H={h}: {} candidates x {} buckets ({:.0} s)",
+                    candidates.len(),
+                    buckets.len(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
         }
-        eprintln!(
-            "[{}/{total}] {dtype} H={h}: {} candidates x {} buckets ({:.0} s)",
-            i + 1,
-            candidates.len(),
-            buckets.len(),
-            started.elapsed().as_secs_f64()
-        );
     }
     print_summary(&results);
-    let table = TunedTable {
-        rows: results
-            .iter()
-            .map(|r| TunedRow {
-                dtype: r.dtype,
-                h: r.h,
-                m_from: r.m_from,
-                m_to: r.m_to,
-                shape: r.best.0,
-            })
-            .collect(),
-    };
+    let table = TunedTable { rows };
     if args.dry_run {
         println!("(--dry-run: the table was not written)");
     } else {
+        // The rows of classes, dtypes and row lengths not tuned now stay.
+        let table = internal::saved_tuned_table(gpu)
+            .unwrap_or_default()
+            .merged_with(&table);
         let path = internal::save_tuned_table(gpu, &table)?;
         println!("wrote {} ({} rows)", path.display(), table.rows.len());
     }
@@ -187,8 +261,8 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
 
 fn print_summary(results: &[BucketResult]) {
     println!(
-        "{:>5} {:>6} {:>17} {:>7} {:>16} {:>10} {:>16} {:>10} {:>7}",
-        "dtype", "H", "rows", "M", "built-in shape", "µs", "tuned shape", "µs", "tuned/bi"
+        "{:>10} {:>5} {:>6} {:>17} {:>7} {:>16} {:>10} {:>16} {:>10} {:>7}",
+        "class", "dtype", "H", "rows", "M", "built-in shape", "µs", "tuned shape", "µs", "tuned/bi"
     );
     for r in results {
         let rows = if r.m_to == usize::MAX {
@@ -198,7 +272,8 @@ fn print_summary(results: &[BucketResult]) {
         };
         let shape = |s: (u32, u32, u32)| format!("({},{},{})", s.0, s.1, s.2);
         println!(
-            "{:>5} {:>6} {:>17} {:>7} {:>16} {:>10.2} {:>16} {:>10.2} {:>7.3}",
+            "{:>10} {:>5} {:>6} {:>17} {:>7} {:>16} {:>10.2} {:>16} {:>10.2} {:>7.3}",
+            r.class,
             r.dtype.to_string(),
             r.h,
             rows,
@@ -221,8 +296,9 @@ fn print_summary(results: &[BucketResult]) {
     );
 }
 
-/// The layout and format the shapes are measured on (the shape does not depend on them
-/// beyond the block size; NVFP4's 16-element blocks allow every shape MXFP4's do).
+/// The FP4 format and layout the FP4 op's shapes are measured on by default (the shape
+/// does not depend on them beyond the block size; NVFP4's 16-element blocks allow every
+/// shape MXFP4's do).
 pub const TUNE_FORMAT: Fp4Format = Fp4Format::NVFP4;
 pub const TUNE_LAYOUT: ScaleLayout = ScaleLayout::RowMajor;
 
@@ -249,5 +325,44 @@ mod tests {
         assert!(w.a.check_usage().unwrap_err().contains("overflow"));
         let w = Wrap::try_parse_from(["t", "--h", "4096", "--dtype", "f16"]).unwrap();
         assert_eq!(w.a.plan(), (vec![4096], vec![DType::F16]));
+    }
+
+    #[test]
+    fn formats_default_to_the_fp4_op_and_must_fit_every_h() {
+        let w = Wrap::try_parse_from(["t", "--quick"]).unwrap();
+        assert_eq!(w.a.formats(), vec![Format::Fp4(TUNE_FORMAT)]);
+        let w = Wrap::try_parse_from(["t", "--format", "fp8-token,nvfp4,fp8-token"]).unwrap();
+        let names: Vec<String> = w.a.formats().iter().map(|f| f.to_string()).collect();
+        assert_eq!(names, ["fp8-token", "nvfp4"]);
+        assert!(w.a.check_usage().is_ok());
+        // Groups of 128 need H a multiple of 128; the FP4 op's 16 takes 4112.
+        let w = Wrap::try_parse_from(["t", "--format", "fp8-group128", "--h", "4112"]).unwrap();
+        let e = w.a.check_usage().unwrap_err();
+        assert!(
+            e.contains("--h 4112 does not fit format fp8-group128"),
+            "{e}"
+        );
+        let w = Wrap::try_parse_from(["t", "--format", "nvfp4", "--h", "4112"]).unwrap();
+        assert!(w.a.check_usage().is_ok());
+        assert!(Wrap::try_parse_from(["t", "--format", "fp9"]).is_err());
+        // FP4 formats are measured row-major; FP8 ones in their own layout, the per-tensor
+        // scale read from memory.
+        assert!(matches!(
+            op_of(Format::Fp4(Fp4Format::MXFP4)),
+            Op::Fp4 {
+                layout: TUNE_LAYOUT,
+                ..
+            }
+        ));
+        let Ok(Format::Fp8(t)) = parse_format("fp8-tensor") else {
+            panic!("fp8-tensor parses");
+        };
+        assert!(matches!(
+            op_of(Format::Fp8(t)),
+            Op::Fp8 {
+                scale_in_memory: true,
+                ..
+            }
+        ));
     }
 }

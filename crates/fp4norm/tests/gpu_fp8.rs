@@ -547,6 +547,36 @@ fn gpu_fp8_split_column_scales_match_the_reference() {
     report("FP8 split column-major scales", cases.len(), &failures);
 }
 
+/// Every launch shape `fp4norm tune` may pick for an FP8 call, forced on a handle of its own,
+/// writes the reference's bytes: one call of each class (per tensor, per token, groups of
+/// 32, 64, 128 in each scale layout) per candidate, special rows included. A tuned table
+/// can only change a call's speed.
+#[test]
+fn gpu_fp8_every_tune_candidate_writes_the_reference_bytes() {
+    let _gpu = gpu_common::shared();
+    let g0 = require_gpu!("gpu_fp8_every_tune_candidate_writes_the_reference_bytes");
+    let cases = sweep::fp8::tune_candidate_cases(g0.limits());
+    let g = Gpu::new(g0.ordinal()).expect("a second handle of the device");
+    let mut failures = Vec::new();
+    for (c, shape) in &cases {
+        internal::set_launch_shape(&g, Some(*shape));
+        let cfg = internal::fp8_config(&g, &c.problem(), c.scale_in_memory, !c.misaligned);
+        assert_eq!(
+            (cfg.threads_per_row, cfg.rows_per_cta, cfg.cluster),
+            *shape,
+            "{c:?}: the candidate must run"
+        );
+        failures.extend(run_cases(
+            &g,
+            std::slice::from_ref(c),
+            0x7c + shape.0 as u64 * 16 + shape.2 as u64,
+        ));
+    }
+    internal::set_launch_shape(&g, None);
+    assert!(!cases.is_empty());
+    report("FP8 tune candidates", cases.len(), &failures);
+}
+
 /// The FP8 op behind the fused all-reduce (SPEC.md §9 then §8), 2 to 8 ranks simulated by
 /// input buffers on one GPU: every scaling, decode rows over a cluster and many rows, both
 /// dtypes, NaN and ±Inf in the last rank and cancellation between ranks; byte for byte

@@ -220,6 +220,18 @@ fn configs(hw_e2m1: bool) -> Vec<KernelConfig> {
             }
         }
     }
+    // Every shape `fp4norm tune` may pick for an FP8 call, forced on the cases the GPU
+    // tests run them on.
+    for (c, shape) in sweep::fp8::tune_candidate_cases(&PLAN) {
+        let mut cfg = c.config(&PLAN);
+        cfg.hw_canonical_nan = !hw_e2m1;
+        assert!(cfg.try_launch_shape(shape, &PLAN), "{c:?}: {shape:?}");
+        for k in [Some(cfg), cfg.second_pass()].into_iter().flatten() {
+            if seen.insert(k.describe()) {
+                out.push(k);
+            }
+        }
+    }
     // The fused all-reduce's kernels of tests/gpu_allreduce.rs.
     for c in sweep::allreduce::allreduce_cases() {
         let cfg = c.config(&PLAN, hw_e2m1);

@@ -41,7 +41,7 @@ use kernel::KernelConfig;
 pub use limits::DeviceLimits;
 pub use raw::{LaunchOptions, PeerStrategy, RawPeers, TWO_SHOT_MIN_SAVED_BYTES};
 pub use selftest::ConversionPath;
-pub use tuned::{TunedRow, TunedTable};
+pub use tuned::{ShapeClass, TunedRow, TunedTable};
 
 /// A CUDA stream handle of the driver API (`CUstream`, the same as the runtime's
 /// `cudaStream_t`), as the raw entry points take it.
@@ -443,24 +443,25 @@ impl Gpu {
         if !measured_shapes {
             return cfg;
         }
-        // The launch shape forced by FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid;
-        // else the tuned table's, where it has one that fits.
+        self.measured_launch_shape(&mut cfg, problem.dtype, problem.m);
+        cfg
+    }
+
+    /// `cfg`'s launch shape for a call of `m` rows of `dtype`: the one forced by
+    /// FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid; else the tuned table's for
+    /// its class, where it has one that fits; else the built-in one it has.
+    fn measured_launch_shape(&self, cfg: &mut KernelConfig, dtype: crate::DType, m: usize) {
         let forced = unpack_shape(self.tune_shape.load(std::sync::atomic::Ordering::Relaxed));
         if forced.is_none() {
-            if let Some(shape) = self.tuned.as_ref().and_then(|t| {
-                t.lookup(
-                    problem.dtype,
-                    problem.h,
-                    problem.m,
-                    problem.block(),
-                    &self.limits,
-                )
-            }) {
+            if let Some(shape) = self
+                .tuned
+                .as_ref()
+                .and_then(|t| t.lookup(cfg.shape_class(), dtype, cfg.h, m))
+            {
                 cfg.try_launch_shape(shape, &self.limits);
             }
         }
-        self.force_launch_shape(&mut cfg, forced);
-        cfg
+        self.force_launch_shape(cfg, forced);
     }
 
     /// The launch shape forced by FP4NORM_TUNE_SHAPE or `with_launch_shape` (`forced`),
@@ -515,9 +516,7 @@ impl Gpu {
         if !measured_shapes {
             return cfg;
         }
-        // (The tuned table is the FP4 op's; a forced shape applies to every fused call.)
-        let forced = unpack_shape(self.tune_shape.load(std::sync::atomic::Ordering::Relaxed));
-        self.force_launch_shape(&mut cfg, forced);
+        self.measured_launch_shape(&mut cfg, problem.dtype, problem.m);
         cfg
     }
 

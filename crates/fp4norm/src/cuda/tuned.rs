@@ -1,13 +1,15 @@
 //! Launch shapes measured on this machine: `fp4norm tune` times generic candidate shapes
-//! ([`candidates`]) over buckets of row counts ([`buckets`]) for each row length and dtype
-//! and writes the fastest per bucket to a table in the cache directory; a [`Gpu`] of the
-//! same device, fp4norm version and kernel source reads it when it opens the device and
-//! takes its shapes before the built-in launch table's. A shape never changes the bytes a
-//! call writes, only its speed, so a stale or odd table can only be slow: every shape is
-//! still checked to fit the call (`shape_fits`), else the built-in one runs.
+//! ([`candidates`]) over buckets of row counts ([`buckets`]) for each kernel class, row
+//! length and dtype and writes the fastest per bucket to a table in the cache directory; a
+//! [`Gpu`] of the same device, fp4norm version and kernel source reads it when it opens the
+//! device and takes its shapes before the built-in launch table's. A shape never changes the
+//! bytes a call writes, only its speed, so a stale or odd table can only be slow: every
+//! shape is still checked to fit the call (`KernelConfig::try_launch_shape`), else the
+//! built-in one runs.
 //!
 //! The file is text, one row per line after `#` comments:
-//! `dtype h m_from m_to threads_per_row rows_per_cta ctas_per_row`.
+//! `class dtype h m_from m_to threads_per_row rows_per_cta ctas_per_row`, the class one of
+//! [`ShapeClass`]'s names (a line without one is the FP4 op's).
 
 use std::path::PathBuf;
 
@@ -15,9 +17,53 @@ use super::kernel::{fnv1a, shape_fits, source_fingerprint};
 use super::{knobs, DeviceLimits, Gpu};
 use crate::{DType, Error};
 
-/// One tuned shape: calls of `m_from..=m_to` rows of `h` elements of `dtype`.
+/// The calls one tuned shape is for: the kernels whose launch shapes the built-in table
+/// chooses alike. The FP4 op (either format); the FP8 op per tensor, per token, and per
+/// group of each size (a group's amax is reduced within the row's threads, so a shape fits
+/// only the groups its threads' vectors line up with).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ShapeClass {
+    /// The FP4 op, NVFP4 or MXFP4 (`fp4`).
+    Fp4,
+    /// The FP8 op with one static scale (`fp8-tensor`).
+    Fp8PerTensor,
+    /// The FP8 op with one dynamic scale per row (`fp8-token`): a second reduction a row.
+    Fp8PerToken,
+    /// The FP8 op with dynamic scales per group of this many elements (`fp8-g32`, ...).
+    Fp8Group(usize),
+}
+
+impl std::fmt::Display for ShapeClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShapeClass::Fp4 => f.write_str("fp4"),
+            ShapeClass::Fp8PerTensor => f.write_str("fp8-tensor"),
+            ShapeClass::Fp8PerToken => f.write_str("fp8-token"),
+            ShapeClass::Fp8Group(g) => write!(f, "fp8-g{g}"),
+        }
+    }
+}
+
+impl std::str::FromStr for ShapeClass {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        Ok(match s {
+            "fp4" => ShapeClass::Fp4,
+            "fp8-tensor" => ShapeClass::Fp8PerTensor,
+            "fp8-token" => ShapeClass::Fp8PerToken,
+            _ => match s.strip_prefix("fp8-g").map(str::parse::<usize>) {
+                Some(Ok(g)) if g > 0 => ShapeClass::Fp8Group(g),
+                _ => return Err(()),
+            },
+        })
+    }
+}
+
+/// One tuned shape: calls of `class` of `m_from..=m_to` rows of `h` elements of `dtype`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TunedRow {
+    /// The kernels the shape is for.
+    pub class: ShapeClass,
     /// Element dtype of the calls.
     pub dtype: DType,
     /// Row length.
@@ -38,51 +84,68 @@ pub struct TunedTable {
 }
 
 impl TunedTable {
-    /// The tuned shape for a call of `m` rows of `h` elements of `dtype` in blocks of
-    /// `block`, if the table has one that fits on a device with `limits`.
+    /// The tuned shape for a call of `class` of `m` rows of `h` elements of `dtype`, if the
+    /// table has one (the caller checks that it fits the call).
     pub fn lookup(
         &self,
+        class: ShapeClass,
         dtype: DType,
         h: usize,
         m: usize,
-        block: usize,
-        limits: &DeviceLimits,
     ) -> Option<(u32, u32, u32)> {
         self.rows
             .iter()
-            .find(|r| r.dtype == dtype && r.h == h && (r.m_from..=r.m_to).contains(&m))
+            .find(|r| {
+                r.class == class && r.dtype == dtype && r.h == h && (r.m_from..=r.m_to).contains(&m)
+            })
             .map(|r| r.shape)
-            .filter(|&s| shape_fits(h, block, s, limits))
+    }
+
+    /// `self` with `newer`'s rows in place of its own of the same class, dtype and row
+    /// length (a later `fp4norm tune` of some classes keeps the others' rows).
+    pub fn merged_with(&self, newer: &TunedTable) -> TunedTable {
+        let key = |r: &TunedRow| (r.class, r.dtype, r.h);
+        let mut rows: Vec<TunedRow> = self
+            .rows
+            .iter()
+            .filter(|r| !newer.rows.iter().any(|n| key(n) == key(r)))
+            .copied()
+            .collect();
+        rows.extend_from_slice(&newer.rows);
+        TunedTable { rows }
     }
 
     /// The table as the file's text, with a header naming what it was tuned for.
     pub fn to_text(&self, about: &str) -> String {
         let mut s = format!(
             "# fp4norm launch shapes tuned by `fp4norm tune` for {about}\n\
-             # dtype h m_from m_to threads_per_row rows_per_cta ctas_per_row (m_to 0: no end)\n"
+             # class dtype h m_from m_to threads_per_row rows_per_cta ctas_per_row (m_to 0: no end)\n"
         );
         for r in &self.rows {
             let to = if r.m_to == usize::MAX { 0 } else { r.m_to };
             s += &format!(
-                "{} {} {} {} {} {} {}\n",
-                r.dtype, r.h, r.m_from, to, r.shape.0, r.shape.1, r.shape.2
+                "{} {} {} {} {} {} {} {}\n",
+                r.class, r.dtype, r.h, r.m_from, to, r.shape.0, r.shape.1, r.shape.2
             );
         }
         s
     }
 
-    /// Parses [`TunedTable::to_text`]'s format; `None` on any malformed line (the whole
-    /// file is then ignored, as if absent).
+    /// Parses [`TunedTable::to_text`]'s format (and its earlier one, without the class:
+    /// the FP4 op's rows); `None` on any malformed line (the whole file is then ignored, as
+    /// if absent).
     pub fn parse(text: &str) -> Option<TunedTable> {
         let mut rows = Vec::new();
         for line in text.lines().map(str::trim) {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() != 7 {
-                return None;
-            }
+            let mut f: Vec<&str> = line.split_whitespace().collect();
+            let class = match f.len() {
+                7 => ShapeClass::Fp4,
+                8 => f.remove(0).parse().ok()?,
+                _ => return None,
+            };
             let dtype = match f[0] {
                 "bf16" => DType::BF16,
                 "f16" => DType::F16,
@@ -95,6 +158,7 @@ impl TunedTable {
                 v => v,
             };
             rows.push(TunedRow {
+                class,
                 dtype,
                 h: n(1)?,
                 m_from: n(2)?,
@@ -130,8 +194,15 @@ pub fn buckets(sm_count: u32) -> Vec<(usize, usize, usize)> {
 /// CTAs of fewer than 128 threads. No measured table goes into them. A CTA of 128 threads
 /// or fewer takes at most 2 vectors per thread and one of 256 at most 4: the kernel's
 /// launch bound for those sizes (ten and five resident CTAs per SM) leaves 48 and 51
-/// registers, where more vectors spill (the compile check shows it).
-pub fn candidates(h: usize, block: usize, limits: &DeviceLimits) -> Vec<(u32, u32, u32)> {
+/// registers, where more vectors spill (the compile check shows it); a per-token FP8 row
+/// split over a cluster (`class`), whose CTAs also exchange its amax, takes at most 2 in a
+/// CTA of 256 for the same reason.
+pub fn candidates(
+    class: ShapeClass,
+    h: usize,
+    block: usize,
+    limits: &DeviceLimits,
+) -> Vec<(u32, u32, u32)> {
     let nv = (h / 8).max(1);
     let max_threads = limits.max_threads_per_block.clamp(32, 1024) as usize / 32 * 32;
     let mut out = Vec::new();
@@ -145,7 +216,8 @@ pub fn candidates(h: usize, block: usize, limits: &DeviceLimits) -> Vec<(u32, u3
             let g = nvc.div_ceil(vpt).div_ceil(32) * 32;
             let r = if c == 1 { (128 / g).max(1) } else { 1 };
             let threads = g * r;
-            let most = if threads <= 128 {
+            let exchanges_amax = class == ShapeClass::Fp8PerToken && c > 1;
+            let most = if threads <= 128 || (threads <= 256 && exchanges_amax) {
                 2
             } else if threads <= 256 {
                 4
@@ -188,6 +260,11 @@ pub(crate) fn load(gpu: &Gpu) -> Option<TunedTable> {
     if !knobs::use_tuned_table() {
         return None;
     }
+    saved(gpu)
+}
+
+/// The table `fp4norm tune` last wrote for `gpu`'s device, whether or not it is in use.
+pub fn saved(gpu: &Gpu) -> Option<TunedTable> {
     let text = std::fs::read_to_string(table_path(gpu)?).ok()?;
     TunedTable::parse(&text)
 }
@@ -239,7 +316,7 @@ mod tests {
             64usize, 2048, 2816, 4096, 5120, 7168, 8192, 16384, 32768, 65536,
         ] {
             for block in [16, 32] {
-                let c = candidates(h, block, &H200);
+                let c = candidates(ShapeClass::Fp4, h, block, &H200);
                 assert!(!c.is_empty(), "H={h}");
                 for &s in &c {
                     assert!(shape_fits(h, block, s, &H200), "H={h}: {s:?}");
@@ -247,59 +324,119 @@ mod tests {
             }
         }
         // The built-in table's shapes come out of the generic rule too.
-        let c = candidates(8192, 16, &H200);
+        let c = candidates(ShapeClass::Fp4, 8192, 16, &H200);
         for s in [(256, 1, 2), (128, 1, 8), (512, 1, 1)] {
             assert!(c.contains(&s), "{s:?} not in {c:?}");
         }
-        assert!(candidates(32768, 16, &H200).contains(&(256, 1, 8)));
-        assert!(candidates(5120, 16, &H200).contains(&(128, 1, 5)));
-        assert!(candidates(7168, 16, &H200).contains(&(128, 1, 7)));
+        assert!(candidates(ShapeClass::Fp4, 32768, 16, &H200).contains(&(256, 1, 8)));
+        assert!(candidates(ShapeClass::Fp4, 5120, 16, &H200).contains(&(128, 1, 5)));
+        assert!(candidates(ShapeClass::Fp4, 7168, 16, &H200).contains(&(128, 1, 7)));
         let no_clusters = DeviceLimits {
             max_cluster: 1,
             ..H200
         };
-        assert!(candidates(8192, 16, &no_clusters).iter().all(|s| s.2 == 1));
+        assert!(candidates(ShapeClass::Fp4, 8192, 16, &no_clusters)
+            .iter()
+            .all(|s| s.2 == 1));
+        // A per-token row over a cluster exchanges its amax too: two vectors a thread at
+        // most in CTAs of 256 (four spill), four still in one CTA of 512.
+        let token = candidates(ShapeClass::Fp8PerToken, 16384, 8, &H200);
+        assert!(!token.contains(&(256, 1, 2)), "{token:?}");
+        assert!(token.contains(&(256, 1, 4)) && token.contains(&(512, 1, 1)));
+        let tensor = candidates(ShapeClass::Fp8PerTensor, 16384, 8, &H200);
+        assert!(tensor.contains(&(256, 1, 2)), "{tensor:?}");
     }
 
     #[test]
-    fn a_table_round_trips_and_is_looked_up_by_bucket() {
+    fn a_table_round_trips_and_is_looked_up_by_class_and_bucket() {
+        let row = |class, h, m_from, m_to, shape| TunedRow {
+            class,
+            dtype: DType::BF16,
+            h,
+            m_from,
+            m_to,
+            shape,
+        };
         let t = TunedTable {
             rows: vec![
-                TunedRow {
-                    dtype: DType::BF16,
-                    h: 4096,
-                    m_from: 1,
-                    m_to: 1,
-                    shape: (64, 1, 8),
-                },
-                TunedRow {
-                    dtype: DType::BF16,
-                    h: 4096,
-                    m_from: 133,
-                    m_to: usize::MAX,
-                    shape: (256, 1, 1),
-                },
+                row(ShapeClass::Fp4, 4096, 1, 1, (64, 1, 8)),
+                row(ShapeClass::Fp4, 4096, 133, usize::MAX, (256, 1, 1)),
+                row(ShapeClass::Fp8PerToken, 4096, 1, 1, (128, 1, 4)),
+                row(ShapeClass::Fp8Group(128), 4096, 1, 1, (256, 1, 2)),
+                row(ShapeClass::Fp8PerTensor, 4096, 1, 1, (512, 1, 1)),
             ],
         };
-        let parsed = TunedTable::parse(&t.to_text("a test")).expect("parses");
-        assert_eq!(parsed, t);
-        assert_eq!(
-            parsed.lookup(DType::BF16, 4096, 1, 16, &H200),
-            Some((64, 1, 8))
+        let text = t.to_text("a test");
+        assert!(
+            text.contains("\nfp8-g128 bf16 4096 1 1 256 1 2\n"),
+            "{text}"
         );
+        let parsed = TunedTable::parse(&text).expect("parses");
+        assert_eq!(parsed, t);
+        let fp4 = ShapeClass::Fp4;
+        assert_eq!(parsed.lookup(fp4, DType::BF16, 4096, 1), Some((64, 1, 8)));
         assert_eq!(
-            parsed.lookup(DType::BF16, 4096, 50_000, 16, &H200),
+            parsed.lookup(fp4, DType::BF16, 4096, 50_000),
             Some((256, 1, 1))
         );
-        assert_eq!(parsed.lookup(DType::BF16, 4096, 16, 16, &H200), None);
-        assert_eq!(parsed.lookup(DType::F16, 4096, 1, 16, &H200), None);
-        // A shape that does not fit the call (here: no clusters) is not used.
-        let no_clusters = DeviceLimits {
-            max_cluster: 1,
-            ..H200
-        };
-        assert_eq!(parsed.lookup(DType::BF16, 4096, 1, 16, &no_clusters), None);
+        assert_eq!(parsed.lookup(fp4, DType::BF16, 4096, 16), None);
+        assert_eq!(parsed.lookup(fp4, DType::F16, 4096, 1), None);
+        // Each class has its own rows.
+        let token = ShapeClass::Fp8PerToken;
+        assert_eq!(
+            parsed.lookup(token, DType::BF16, 4096, 1),
+            Some((128, 1, 4))
+        );
+        let g = |n| ShapeClass::Fp8Group(n);
+        assert_eq!(
+            parsed.lookup(g(128), DType::BF16, 4096, 1),
+            Some((256, 1, 2))
+        );
+        assert_eq!(parsed.lookup(g(32), DType::BF16, 4096, 1), None);
+        // The earlier format (no class) is the FP4 op's.
+        let old = TunedTable::parse("# old\nbf16 4096 1 1 64 1 8\n").expect("parses");
+        assert_eq!(old.rows, vec![row(fp4, 4096, 1, 1, (64, 1, 8))]);
         assert_eq!(TunedTable::parse("bf16 4096 1 1 64 1"), None);
         assert_eq!(TunedTable::parse("bf17 4096 1 1 64 1 8"), None);
+        assert_eq!(TunedTable::parse("fp9 bf16 4096 1 1 64 1 8"), None);
+        assert_eq!(TunedTable::parse("fp8-g0 bf16 4096 1 1 64 1 8"), None);
+        for class in [fp4, token, ShapeClass::Fp8PerTensor, g(32), g(64), g(128)] {
+            assert_eq!(class.to_string().parse::<ShapeClass>(), Ok(class));
+        }
+    }
+
+    #[test]
+    fn a_later_tune_replaces_only_its_own_rows() {
+        let row = |class, h, shape| TunedRow {
+            class,
+            dtype: DType::BF16,
+            h,
+            m_from: 1,
+            m_to: 1,
+            shape,
+        };
+        let old = TunedTable {
+            rows: vec![
+                row(ShapeClass::Fp4, 4096, (64, 1, 8)),
+                row(ShapeClass::Fp4, 8192, (128, 1, 8)),
+                row(ShapeClass::Fp8PerToken, 4096, (128, 1, 4)),
+            ],
+        };
+        let newer = TunedTable {
+            rows: vec![
+                row(ShapeClass::Fp8PerToken, 4096, (64, 1, 8)),
+                row(ShapeClass::Fp8PerToken, 8192, (128, 1, 8)),
+            ],
+        };
+        let merged = old.merged_with(&newer);
+        assert_eq!(
+            merged.rows,
+            vec![
+                row(ShapeClass::Fp4, 4096, (64, 1, 8)),
+                row(ShapeClass::Fp4, 8192, (128, 1, 8)),
+                row(ShapeClass::Fp8PerToken, 4096, (64, 1, 8)),
+                row(ShapeClass::Fp8PerToken, 8192, (128, 1, 8)),
+            ]
+        );
     }
 }

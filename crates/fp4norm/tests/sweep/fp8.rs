@@ -264,6 +264,66 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
     out
 }
 
+/// Every launch shape `fp4norm tune` may pick for an FP8 call, each with one call of its
+/// class: per tensor, per token (f32 row-major, and UE8M0 column-major), groups of 32, 64
+/// and 128 (column-major f32, swizzled MXFP8, row-major UE8M0), at 300 rows of 2048 and
+/// 5120 (per token and per tensor at 16384 too), special rows included.
+pub fn tune_candidate_cases(limits: &DeviceLimits) -> Vec<(Fp8Case, (u32, u32, u32))> {
+    use fp4norm::cuda::internal::tune_candidates;
+    let dynamic = |group, format, layout| Fp8Scaling::Dynamic {
+        group,
+        format,
+        layout,
+    };
+    let f32s = Fp8ScaleFormat::F32_NO_FLOOR;
+    let ue8m0 = Fp8ScaleFormat::UE8M0;
+    let scalings = [
+        (Fp8Scaling::PerTensor(0.75), true),
+        (
+            dynamic(Fp8Group::PerToken, f32s, Fp8ScaleLayout::RowMajor),
+            true,
+        ),
+        (
+            dynamic(Fp8Group::PerToken, ue8m0, Fp8ScaleLayout::ColumnMajor),
+            false,
+        ),
+        (
+            dynamic(Fp8Group::G32, f32s, Fp8ScaleLayout::ColumnMajor),
+            false,
+        ),
+        (
+            dynamic(Fp8Group::G32, ue8m0, Fp8ScaleLayout::Swizzled),
+            false,
+        ),
+        (
+            dynamic(Fp8Group::G64, f32s, Fp8ScaleLayout::ColumnMajor),
+            false,
+        ),
+        (
+            dynamic(Fp8Group::G128, ue8m0, Fp8ScaleLayout::RowMajor),
+            false,
+        ),
+    ];
+    let mut out = Vec::new();
+    for (scaling, long_rows) in scalings {
+        let hs: &[usize] = if long_rows {
+            &[2048, 5120, 16384]
+        } else {
+            &[2048, 5120]
+        };
+        for &h in hs {
+            let mut c = base(DType::BF16, 300, h, Fp8Element::E4M3, scaling);
+            c.special = true;
+            // The class and block `fp4norm tune` takes from the call's kernel.
+            let cfg = c.config(limits);
+            for shape in tune_candidates(cfg.shape_class(), h, cfg.shape_block(), limits) {
+                out.push((c, shape));
+            }
+        }
+    }
+    out
+}
+
 /// Column-major f32 group scales of calls the launch table writes in two kernels (staged by
 /// 8-row tiles, then reordered: `column_scales_split_wanted`): groups of 32 and 64, M not a
 /// multiple of 8 (the last rows and the padding written directly), rows of one CTA and of

@@ -396,11 +396,11 @@ pub fn many_row_shape_cases(limits: &fp4norm::cuda::DeviceLimits) -> Vec<(Case, 
 /// rows with the special rows. A tuned table can only hold such shapes, so none of them
 /// may change a byte. The CI compile check builds the same.
 pub fn tune_candidate_cases(limits: &fp4norm::cuda::DeviceLimits) -> Vec<(Case, (u32, u32, u32))> {
-    use fp4norm::cuda::internal::tune_candidates;
+    use fp4norm::cuda::{internal::tune_candidates, ShapeClass};
     let mut out = Vec::new();
     for &format in [Fp4Format::NVFP4, Fp4Format::MXFP4].iter() {
         for h in [2048usize, 5120, 16384] {
-            for shape in tune_candidates(h, format.block_size(), limits) {
+            for shape in tune_candidates(ShapeClass::Fp4, h, format.block_size(), limits) {
                 let mut c = Case::new(DType::BF16, 300, h, format, ScaleLayout::Swizzled);
                 c.special_rows = true;
                 c.fill = Fill::Ties;

@@ -7,7 +7,7 @@ use super::launch_table::{
     launch_shape, pad_ctas_wanted, pad_spread_wanted, shape_fits, swizzle_demote_tiles,
     swizzle_keep_wanted, swizzle_split_wanted,
 };
-use crate::cuda::DeviceLimits;
+use crate::cuda::{DeviceLimits, ShapeClass};
 use crate::{DType, Problem, ScaleFormat};
 
 /// Which kernel: one file of `cu/` each (`FP4_KIND`).
@@ -343,15 +343,34 @@ impl KernelConfig {
         cfg
     }
 
+    /// The block a launch shape must line up with (`shape_fits`): the scale block, but 8
+    /// (one vector) for a per-token FP8 row, one block of H that its CTAs split by vectors.
+    pub fn shape_block(&self) -> usize {
+        if self.fp8.is_some_and(|f| f.per_token) {
+            8
+        } else {
+            self.block
+        }
+    }
+
+    /// The class of calls whose tuned shapes this kernel takes (`fp4norm tune`).
+    pub fn shape_class(&self) -> ShapeClass {
+        match self.fp8 {
+            None => ShapeClass::Fp4,
+            Some(f) if f.per_token => ShapeClass::Fp8PerToken,
+            Some(f) if f.scaling == Fp8KernelScaling::PerTensor => ShapeClass::Fp8PerTensor,
+            Some(_) => ShapeClass::Fp8Group(self.block),
+        }
+    }
+
     /// Replaces the launch shape (threads per row, rows per CTA, CTAs per row) with `shape`
     /// if the kernel supports it for this configuration's rows on a device with `limits`
     /// (`shape_fits`), and says whether it did.
     pub fn try_launch_shape(&mut self, shape: (u32, u32, u32), limits: &DeviceLimits) -> bool {
-        // A per-token FP8 row is one block of H: its CTAs split it by vectors, and its
-        // threads meet at one named barrier per row (fused.cu, row_max), 15 rows at most.
+        // A per-token FP8 row's threads meet at one named barrier per row (fused.cu,
+        // row_max), 15 rows at most.
         let per_token = self.fp8.is_some_and(|f| f.per_token);
-        let fit_block = if per_token { 8 } else { self.block };
-        let fits = shape_fits(self.h, fit_block, shape, limits)
+        let fits = shape_fits(self.h, self.shape_block(), shape, limits)
             && !(per_token && shape.0 > 32 && shape.1 > 15);
         if fits {
             (self.threads_per_row, self.rows_per_cta, self.cluster) = shape;
@@ -690,6 +709,57 @@ mod tests {
     use super::*;
 
     const H200: DeviceLimits = DeviceLimits::H200;
+
+    #[test]
+    fn each_kernel_takes_the_tuned_shapes_of_its_class() {
+        use crate::fp8::{
+            Fp8Element, Fp8Group, Fp8Options, Fp8Problem, Fp8ScaleFormat, Fp8ScaleLayout,
+        };
+        let fp4 = KernelConfig::fused(
+            &super::super::bf16_nvfp4_problem(16, 4096),
+            GsMode::Uniform,
+            true,
+            false,
+            &H200,
+        );
+        assert_eq!(
+            (fp4.shape_class(), fp4.shape_block()),
+            (ShapeClass::Fp4, 16)
+        );
+        let fp8 = |h: usize, o: Fp8Options| {
+            let p = Fp8Problem::new(16, h, DType::BF16, &o).expect("valid");
+            let cfg = KernelConfig::fp8(&p, false, true, &H200);
+            (cfg.shape_class(), cfg.shape_block())
+        };
+        let f32s = Fp8ScaleFormat::F32_NO_FLOOR;
+        let dynamic =
+            |group, format, layout| Fp8Options::dynamic(Fp8Element::E4M3, group, format, layout);
+        let rows = Fp8ScaleLayout::RowMajor;
+        assert_eq!(
+            fp8(4096, Fp8Options::per_tensor(Fp8Element::E4M3, 1.0)),
+            (ShapeClass::Fp8PerTensor, 8)
+        );
+        assert_eq!(
+            fp8(4096, dynamic(Fp8Group::PerToken, f32s, rows)),
+            (ShapeClass::Fp8PerToken, 8)
+        );
+        // A per-token row of 8 vectors is one group of the group kernel.
+        assert_eq!(
+            fp8(64, dynamic(Fp8Group::PerToken, f32s, rows)),
+            (ShapeClass::Fp8Group(64), 64)
+        );
+        assert_eq!(
+            fp8(
+                4096,
+                dynamic(Fp8Group::G128, f32s, Fp8ScaleLayout::ColumnMajor)
+            ),
+            (ShapeClass::Fp8Group(128), 128)
+        );
+        assert_eq!(
+            fp8(4096, Fp8Options::mxfp8()),
+            (ShapeClass::Fp8Group(32), 32)
+        );
+    }
 
     #[test]
     fn the_kernel_takes_its_register_hold_and_launch_bound_from_the_host() {
