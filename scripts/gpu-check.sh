@@ -196,7 +196,7 @@ if has cli; then
   cli ok info "$bin/fp4norm" info
   cli ok verify "$bin/fp4norm" verify --device cuda ${CLI_VERIFY_ARGS:---cases 200}   # e.g. "--group fp8 --cases 50"
   cli ok bench "$bin/fp4norm" bench --device cuda --m 1,4096 --h 4096 --format nvfp4,mxfp4,fp8-token,mxfp8 --copy-mib 256
-  cli ok tune "$bin/fp4norm" tune --h 4096 --dtype bf16 --dry-run
+  cli ok tune "$bin/fp4norm" tune --h 4096 --dtype bf16 --format nvfp4,fp8-token,mxfp8 --dry-run
   cli error bench-device-9 env FP4NORM_DEVICE=9 "$bin/fp4norm" bench --device cuda --m 1 --h 4096
   cli error auto-device-x env FP4NORM_DEVICE=x "$bin/fp4norm" bench --m 1 --h 4096
   cli error verify-device-9 env FP4NORM_DEVICE=9 "$bin/fp4norm" verify --device cuda --group fp8-random

@@ -216,7 +216,20 @@ impl Backend for CudaBackend {
             Err(e) => format!("conversion self-test could not run: {e}"),
         };
         let shapes = match self.gpu.tuned_table() {
-            Some(t) => format!("launch shapes tuned here ({} buckets)", t.rows.len()),
+            Some(t) => {
+                let mut classes: Vec<String> = Vec::new();
+                for r in &t.rows {
+                    let c = r.class.to_string();
+                    if !classes.contains(&c) {
+                        classes.push(c);
+                    }
+                }
+                format!(
+                    "launch shapes tuned here ({} buckets: {})",
+                    t.rows.len(),
+                    classes.join(", ")
+                )
+            }
             None => "built-in launch table".into(),
         };
         format!(
