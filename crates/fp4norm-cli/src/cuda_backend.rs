@@ -89,15 +89,9 @@ impl CudaBackend {
         use rayon::prelude::*;
         shapes.par_iter().try_for_each(|&shape| {
             let g = internal::with_launch_shape(Gpu::new(self.gpu.ordinal())?, Some(shape));
-            match (op, problem) {
-                (
-                    Op::Fp8 {
-                        scale_in_memory, ..
-                    },
-                    CaseProblem::Fp8(p),
-                ) => g.prepare_fp8(p, *scale_in_memory, true),
-                (_, CaseProblem::Fp4(p)) => g.prepare(p, GsMode::Uniform, true),
-                (_, CaseProblem::Fp8(p)) => g.prepare_fp8(p, true, true),
+            match problem {
+                CaseProblem::Fp4(p) => g.prepare(p, GsMode::Uniform, true),
+                CaseProblem::Fp8(p) => g.prepare_fp8(p, scale_in_memory(op), true),
             }
         })?;
         Ok(())
@@ -752,14 +746,19 @@ fn tune_config_on(
     problem: &CaseProblem,
 ) -> fp4norm::cuda::internal::KernelConfig {
     use fp4norm::cuda::{internal, GsMode};
-    match (op, problem) {
-        (
-            Op::Fp8 {
-                scale_in_memory, ..
-            },
-            CaseProblem::Fp8(p),
-        ) => internal::fp8_config(gpu, p, *scale_in_memory, true),
-        (_, CaseProblem::Fp8(p)) => internal::fp8_config(gpu, p, true, true),
-        (_, CaseProblem::Fp4(p)) => internal::config(gpu, p, GsMode::Uniform, true),
+    match problem {
+        CaseProblem::Fp4(p) => internal::config(gpu, p, GsMode::Uniform, true),
+        CaseProblem::Fp8(p) => internal::fp8_config(gpu, p, scale_in_memory(op), true),
     }
+}
+
+/// Whether an FP8 op reads its per-tensor scale from device memory (`Op::fp8`'s default).
+fn scale_in_memory(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Fp8 {
+            scale_in_memory: false,
+            ..
+        }
+    )
 }

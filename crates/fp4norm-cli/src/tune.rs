@@ -134,10 +134,11 @@ fn problem_of(op: &Op, m: usize, h: usize, dtype: DType) -> fp4norm::Result<Case
     })
 }
 
-/// One measured bucket, for the summary.
+/// One measured bucket: a row of the summary and of the table.
+#[cfg(feature = "cuda")]
 pub struct BucketResult {
-    /// The kernels the shape serves (`fp4`, `fp8-token`, ...).
-    pub class: String,
+    /// The kernels the shape serves.
+    pub class: fp4norm::cuda::ShapeClass,
     pub dtype: DType,
     pub h: usize,
     pub m_from: usize,
@@ -158,7 +159,7 @@ pub fn run(_args: TuneArgs) -> Result<bool, CliError> {
 #[cfg(feature = "cuda")]
 pub fn run(args: TuneArgs) -> Result<bool, CliError> {
     use crate::cuda_backend::CudaBackend;
-    use fp4norm::cuda::{internal, ShapeClass, TunedRow, TunedTable};
+    use fp4norm::cuda::{internal, TunedRow, TunedTable};
 
     let ordinal = match args.device {
         Some(n) => n,
@@ -185,9 +186,7 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
         buckets.len()
     );
     let started = std::time::Instant::now();
-    let mut results = Vec::new();
-    let mut rows: Vec<TunedRow> = Vec::new();
-    let mut tuned: Vec<(ShapeClass, DType, usize)> = Vec::new();
+    let mut results: Vec<BucketResult> = Vec::new();
     let total = formats.len() * hs.len() * dtypes.len();
     let mut done = 0;
     for &format in &formats {
@@ -198,11 +197,13 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
                 // One call's configuration gives the class and the block the shapes must fit.
                 let cfg = be.tune_config(&op, &problem_of(&op, 1, h, dtype)?);
                 let class = cfg.shape_class();
-                if tuned.contains(&(class, dtype, h)) {
+                if results
+                    .iter()
+                    .any(|r| (r.class, r.dtype, r.h) == (class, dtype, h))
+                {
                     eprintln!("[{done}/{total}] {format} {dtype} H={h}: its class {class} is tuned already");
                     continue;
                 }
-                tuned.push((class, dtype, h));
                 let candidates = internal::tune_candidates(class, h, cfg.shape_block(), &limits);
                 let ms: Vec<usize> = buckets
                     .iter()
@@ -216,7 +217,7 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
                 for (&(m_from, m_to, _), &m) in buckets.iter().zip(&ms) {
                     let r = be.tune_bucket(m, h, dtype, &op, &candidates)?;
                     results.push(BucketResult {
-                        class: class.to_string(),
+                        class,
                         dtype,
                         h,
                         m_from,
@@ -225,14 +226,6 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
                         builtin: r.0,
                         best: r.1,
                         candidates: candidates.len(),
-                    });
-                    rows.push(TunedRow {
-                        class,
-                        dtype,
-                        h,
-                        m_from,
-                        m_to,
-                        shape: r.1 .0,
                     });
                 }
                 eprintln!(
@@ -245,7 +238,19 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
         }
     }
     print_summary(&results);
-    let table = TunedTable { rows };
+    let table = TunedTable {
+        rows: results
+            .iter()
+            .map(|r| TunedRow {
+                class: r.class,
+                dtype: r.dtype,
+                h: r.h,
+                m_from: r.m_from,
+                m_to: r.m_to,
+                shape: r.best.0,
+            })
+            .collect(),
+    };
     if args.dry_run {
         println!("(--dry-run: the table was not written)");
     } else {
@@ -259,6 +264,7 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
     Ok(true)
 }
 
+#[cfg(feature = "cuda")]
 fn print_summary(results: &[BucketResult]) {
     println!(
         "{:>10} {:>5} {:>6} {:>17} {:>7} {:>16} {:>10} {:>16} {:>10} {:>7}",
@@ -273,7 +279,7 @@ fn print_summary(results: &[BucketResult]) {
         let shape = |s: (u32, u32, u32)| format!("({},{},{})", s.0, s.1, s.2);
         println!(
             "{:>10} {:>5} {:>6} {:>17} {:>7} {:>16} {:>10.2} {:>16} {:>10.2} {:>7.3}",
-            r.class,
+            r.class.to_string(),
             r.dtype.to_string(),
             r.h,
             rows,
