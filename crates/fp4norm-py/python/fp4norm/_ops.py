@@ -59,6 +59,7 @@ A failure inside a native kernel reaches Python as RuntimeError whose message st
 
 from __future__ import annotations
 
+import numbers
 import os
 from typing import Any, Optional, Tuple
 
@@ -889,8 +890,9 @@ def translate(e: RuntimeError) -> BaseException:
 
 
 def _scale_tensor(value: Any, like: Tensor) -> Tensor:
-    """A Python number as a (1,) float32 global scale on ``like``'s device."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A real number (Python's or NumPy's) as a (1,) float32 global scale on ``like``'s
+    device."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(
             f"global_scale must be a float32 tensor of shape (1,) or (M,), a float or None; "
             f"got {type(value).__name__}"
@@ -1453,11 +1455,11 @@ def _run(
 
 def _fp8_scale(scale: Any, input: Tensor) -> Tensor:
     """A per-tensor scale as the operators take it: a tensor as it is (the operator checks
-    its dtype, shape and device), a Python number as a new float32 ``(1,)`` tensor on
-    ``input``'s device."""
+    its dtype, shape and device), a real number (Python's or NumPy's, as FlashInfer takes
+    them) as a new float32 ``(1,)`` tensor on ``input``'s device."""
     if isinstance(scale, Tensor):
         return scale
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise ArgumentTypeError(
             "scale must be a float32 tensor of shape (1,) on the input's device, or a float; "
             f"got {type(scale).__name__}"

@@ -309,7 +309,8 @@ def test_global_scale_forms():
     rng = np.random.default_rng(9)
     x, r, w = make(rng, 4, 64, "bf16")
     base = fp4norm.rmsnorm_fp4quant(x, w, global_scale=np.array([3.0], np.float32))
-    for gs in (3.0, 3, np.array(3.0, np.float32), np.full(4, 3.0, np.float32)):
+    numbers = (3.0, 3, np.float32(3.0), np.float64(3.0))
+    for gs in numbers + (np.array(3.0, np.float32), np.full(4, 3.0, np.float32)):
         out = fp4norm.rmsnorm_fp4quant(x, w, global_scale=gs)
         assert same_bytes(out[0], base[0]) and same_bytes(out[1], base[1])
     # UE8M0 ignores the global scale.
@@ -476,6 +477,20 @@ def to_numpy(t):
     import torch
 
     return t.contiguous().view(torch.uint8).numpy()
+
+
+def test_torch_global_scale_numbers():
+    """On torch tensors a global scale given as a number, Python's or NumPy's, writes what
+    the same value as a float32 tensor writes."""
+    torch = _torch()
+    rng = np.random.default_rng(9)
+    x, r, w = make(rng, 4, 64, "bf16")
+    xt, wt = to_torch(torch, x), to_torch(torch, w)
+    base = fp4norm.rmsnorm_fp4quant(xt, wt, global_scale=torch.tensor([3.0]))
+    for gs in (3.0, 3, np.float32(3.0), np.float64(3.0)):
+        out = fp4norm.rmsnorm_fp4quant(xt, wt, global_scale=gs)
+        for got, want in zip(out, base):
+            assert same_bytes(to_numpy(got), to_numpy(want)), f"global_scale {gs!r} ({type(gs).__name__})"
 
 
 @pytest.mark.parametrize("code", DTYPES)

@@ -652,6 +652,26 @@ def test_scale_on_another_device_is_refused():
     assert c.untouched() and n.untouched()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_number_scales_write_the_tensor_scales_bytes(kind):
+    """A per-tensor scale given as a number, Python's or NumPy's (FlashInfer takes both),
+    writes what the same value as a float32 tensor writes; a bool or a string is an error
+    before anything is written."""
+    _kind_or_skip(kind)
+    want = Call(kind)
+    fp4norm.fused_add_rmsnorm_quant(want.out, want.x, want.r, want.w, want.scale)
+    for number in (0.5, np.float32(0.5), np.float64(0.5), np.float16(0.5)):
+        c = Call(kind)
+        fp4norm.fused_add_rmsnorm_quant(c.out, c.x, c.r, c.w, number)
+        for got, ref in ((c.out, want.out), (c.r, want.r)):
+            assert np.array_equal(c.host(got), want.host(ref)), f"scale {number!r} ({type(number).__name__})"
+    for bad in (True, np.bool_(True), "0.5"):
+        c = Call(kind)
+        with pytest.raises(fp4norm.ArgumentTypeError, match="scale"):
+            fp4norm.fused_add_rmsnorm_quant(c.out, c.x, c.r, c.w, bad)
+        assert c.untouched(), f"scale {bad!r} wrote into a buffer"
+
+
 def test_read_only_out_is_refused():
     c = Call("numpy")
     ro = c.out.view()
