@@ -100,7 +100,7 @@ impl CudaBackend {
     /// Times `op` on `m` rows of `h` elements of `dtype` (fresh random data, residual) in
     /// the built-in launch shape and in each of `shapes`, by CUDA-graph replay; checks that
     /// every shape writes the built-in shape's bytes. Returns (built-in shape, seconds per
-    /// call) and the fastest (shape, seconds).
+    /// call) and the fastest (shape, seconds), the built-in one where none beat it.
     #[allow(clippy::type_complexity)]
     pub fn tune_bucket(
         &self,
@@ -161,7 +161,12 @@ impl CudaBackend {
         })();
         internal::set_launch_shape(&self.gpu, None);
         result?;
-        Ok((builtin, best.unwrap_or(builtin)))
+        // The built-in shape competes too: a tuned row is never one measured slower.
+        let best = match best {
+            Some(b) if b.1 < builtin.1 => b,
+            _ => builtin,
+        };
+        Ok((builtin, best))
     }
 
     /// Times graphs of `pairs` × (1 MiB copy kernel, then the op), with the op launched
@@ -224,7 +229,10 @@ impl Backend for CudaBackend {
                     classes.join(", ")
                 )
             }
-            None => "built-in launch table".into(),
+            None => match self.gpu.tuned_table_refused() {
+                Some(why) => format!("built-in launch table; tuned table refused: {why}"),
+                None => "built-in launch table".into(),
+            },
         };
         format!(
             "{} (cuda:{}, {}, {} SMs, E2M1 {}; {conversions}; {shapes})",

@@ -134,6 +134,23 @@ fn problem_of(op: &Op, m: usize, h: usize, dtype: DType) -> fp4norm::Result<Case
     })
 }
 
+/// The buckets `(m_from, m_to, m)` measured at row length `h`, and the most rows a call
+/// measured has: each at its row count capped at [`MAX_ELEMS`] elements but never below its
+/// first row; a bucket that starts past the cap is left out (the built-in shape serves it),
+/// not measured at a row count of another bucket.
+fn measured_buckets(
+    buckets: &[(usize, usize, usize)],
+    h: usize,
+) -> (Vec<(usize, usize, usize)>, usize) {
+    let cap = (MAX_ELEMS / h.max(1)).max(1);
+    let measured = buckets
+        .iter()
+        .filter(|b| b.0 <= cap)
+        .map(|&(from, to, at)| (from, to, at.min(cap)))
+        .collect();
+    (measured, cap)
+}
+
 /// One measured bucket: a row of the summary and of the table.
 #[cfg(feature = "cuda")]
 pub struct BucketResult {
@@ -185,8 +202,16 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
         dtypes,
         buckets.len()
     );
+    // A saved table this run would merge into must parse: the run stops before measuring
+    // rather than overwrite rows it cannot read.
+    let saved = if args.dry_run {
+        None
+    } else {
+        internal::saved_tuned_table(gpu)?
+    };
     let started = std::time::Instant::now();
     let mut results: Vec<BucketResult> = Vec::new();
+    let mut unmeasured: Vec<(DType, usize, usize)> = Vec::new();
     let total = formats.len() * hs.len() * dtypes.len();
     let mut done = 0;
     for &format in &formats {
@@ -205,16 +230,16 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
                     continue;
                 }
                 let candidates = internal::tune_candidates(class, h, cfg.shape_block(), &limits);
-                let ms: Vec<usize> = buckets
-                    .iter()
-                    .map(|b| b.2.min((MAX_ELEMS / h).max(1)))
-                    .collect();
+                let (measured, cap) = measured_buckets(&buckets, h);
+                if measured.len() < buckets.len() {
+                    unmeasured.push((dtype, h, cap));
+                }
                 // Compile every candidate in parallel first, through the disk cache (a row
                 // count can change an FP8 kernel's scale write; equal kernels compile once).
-                for &m in &ms {
+                for &(_, _, m) in &measured {
                     be.precompile_shapes(&op, &problem_of(&op, m, h, dtype)?, &candidates)?;
                 }
-                for (&(m_from, m_to, _), &m) in buckets.iter().zip(&ms) {
+                for &(m_from, m_to, m) in &measured {
                     let r = be.tune_bucket(m, h, dtype, &op, &candidates)?;
                     results.push(BucketResult {
                         class,
@@ -231,13 +256,19 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
                 eprintln!(
                     "[{done}/{total}] {format} ({class}) {dtype} H={h}: {} candidates x {} buckets ({:.0} s)",
                     candidates.len(),
-                    buckets.len(),
+                    measured.len(),
                     started.elapsed().as_secs_f64()
                 );
             }
         }
     }
     print_summary(&results);
+    for (dtype, h, cap) in unmeasured {
+        println!(
+            "{dtype} H={h}: buckets from {} rows not measured (calls up to {MAX_ELEMS} elements: {cap} rows); the built-in shape serves them",
+            cap + 1
+        );
+    }
     let table = TunedTable {
         rows: results
             .iter()
@@ -255,9 +286,7 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
         println!("(--dry-run: the table was not written)");
     } else {
         // The rows of classes, dtypes and row lengths not tuned now stay.
-        let table = internal::saved_tuned_table(gpu)
-            .unwrap_or_default()
-            .merged_with(&table);
+        let table = saved.unwrap_or_default().merged_with(&table);
         let path = internal::save_tuned_table(gpu, &table)?;
         println!("wrote {} ({} rows)", path.display(), table.rows.len());
     }
@@ -292,12 +321,13 @@ fn print_summary(results: &[BucketResult]) {
         );
     }
     let n = results.len();
-    let worse = results
+    let kept = results.iter().filter(|r| r.best.0 == r.builtin.0).count();
+    let faster = results
         .iter()
-        .filter(|r| r.best.1 > r.builtin.1 * 1.02)
+        .filter(|r| r.best.1 * 1.02 < r.builtin.1)
         .count();
     println!(
-        "{n} buckets ({} candidates each on average); tuned slower than built-in by more than 2 %: {worse}",
+        "{n} buckets ({} candidates each on average); the built-in shape kept in {kept}; tuned faster than built-in by more than 2 %: {faster}",
         results.iter().map(|r| r.candidates).sum::<usize>() / n.max(1)
     );
 }
@@ -331,6 +361,37 @@ mod tests {
         assert!(w.a.check_usage().unwrap_err().contains("overflow"));
         let w = Wrap::try_parse_from(["t", "--h", "4096", "--dtype", "f16"]).unwrap();
         assert_eq!(w.a.plan(), (vec![4096], vec![DType::F16]));
+    }
+
+    #[test]
+    fn every_bucket_is_measured_inside_itself_or_not_at_all() {
+        // 132 SMs (an H100 or H200): at H = 32768 the cap is 8192 rows, inside the bucket
+        // 4225..=8448; the last bucket (from 8449) is left out, not measured at 8192.
+        let b = vec![
+            (1, 1, 1),
+            (2, 16, 8),
+            (17, 66, 33),
+            (67, 132, 132),
+            (133, 2112, 1056),
+            (2113, 4224, 3168),
+            (4225, 8448, 6336),
+            (8449, usize::MAX, 12672),
+        ];
+        let (m, cap) = measured_buckets(&b, 32768);
+        assert_eq!(cap, 8192);
+        assert_eq!(m.len(), 7);
+        assert_eq!(m[6], (4225, 8448, 6336));
+        let (m, cap) = measured_buckets(&b, 65536);
+        assert_eq!((cap, m.len(), m[5]), (4096, 6, (2113, 4224, 3168)));
+        let (m, _) = measured_buckets(&b, 4096);
+        assert_eq!(m, b);
+        for h in [16usize, 4096, 32768, 65536, 1 << 20, 1 << 28, 1 << 30] {
+            let (m, cap) = measured_buckets(&b, h);
+            assert!(!m.is_empty(), "H={h}");
+            for &(from, to, at) in &m {
+                assert!((from..=to).contains(&at) && at <= cap, "H={h}: {m:?}");
+            }
+        }
     }
 
     #[test]

@@ -60,6 +60,7 @@ impl From<Error> for Fail {
             | Error::NvrtcUnavailable(_)
             | Error::NcclUnavailable(_)
             | Error::Compile { .. }
+            | Error::TunedTable { .. }
             | Error::Cuda { .. } => Fail::Runtime(e.to_string()),
             _ => Fail::Value(e.to_string()),
         }

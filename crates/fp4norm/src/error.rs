@@ -164,6 +164,12 @@ pub enum Error {
     #[error("NVRTC not found ({0}). Install it with `pip install nvidia-cuda-nvrtc==13.0.88` or a CUDA toolkit, or set FP4NORM_NVRTC_DIR to the folder holding libnvrtc.so.13 and libnvrtc-builtins.so.13.0")]
     NvrtcUnavailable(String),
 
+    /// The launch table `fp4norm tune` wrote for this device cannot be read or is malformed.
+    #[error(
+        "the tuned launch table {path}: {message} (rerun `fp4norm tune`, or move the file away)"
+    )]
+    TunedTable { path: String, message: String },
+
     /// A kernel failed to compile (a bug in fp4norm: please report it with the log).
     #[error("kernel compilation failed for {config}:\n{log}")]
     Compile { config: String, log: String },

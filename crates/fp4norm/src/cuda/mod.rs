@@ -165,6 +165,9 @@ pub struct Gpu {
     tune_shape: std::sync::atomic::AtomicU64,
     /// The launch shapes `fp4norm tune` measured on this device, if it wrote a table.
     tuned: Option<TunedTable>,
+    /// Why the table `fp4norm tune` wrote for this device is not in use, where it is not
+    /// readable or does not parse.
+    tuned_refused: Option<String>,
     /// The conversions the kernels use, settled by the self-test before the first kernel
     /// that depends on them (see [`Gpu::conversion_path`]).
     conversions: std::sync::OnceLock<ConversionPath>,
@@ -243,14 +246,26 @@ impl Gpu {
             pdl_capable: major >= 9,
             tune_shape: std::sync::atomic::AtomicU64::new(pack_shape(knobs::tune_shape())),
             tuned: None,
+            tuned_refused: None,
             conversions: std::sync::OnceLock::new(),
         }
         .with_tuned_table())
     }
 
-    /// Reads the table `fp4norm tune` wrote for this device, if any.
+    /// Reads the table `fp4norm tune` wrote for this device, if any; one that cannot be
+    /// read or parsed is refused whole, with a warning once per process.
     fn with_tuned_table(mut self) -> Self {
-        self.tuned = tuned::load(&self);
+        match tuned::load(&self) {
+            Ok(t) => self.tuned = t,
+            Err(e) => {
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!("fp4norm: {e}; the built-in launch table runs");
+                }
+                self.tuned_refused = Some(e.to_string());
+            }
+        }
         self
     }
 
@@ -258,6 +273,12 @@ impl Gpu {
     /// the built-in table's (`FP4NORM_TUNED=off` ignores them), if there are any.
     pub fn tuned_table(&self) -> Option<&TunedTable> {
         self.tuned.as_ref()
+    }
+
+    /// Why the table `fp4norm tune` wrote for this device is not in use, where the file is
+    /// there but cannot be read or does not parse (the built-in table runs instead).
+    pub fn tuned_table_refused(&self) -> Option<&str> {
+        self.tuned_refused.as_deref()
     }
 
     /// Which conversions this device's kernels use: the fast ones (hardware instructions,
@@ -449,14 +470,16 @@ impl Gpu {
 
     /// `cfg`'s launch shape for a call of `m` rows of `dtype`: the one forced by
     /// FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid; else the tuned table's for
-    /// its class, where it has one that fits; else the built-in one it has.
+    /// its class, where it has one that is a tuning candidate for the call (the shapes the
+    /// compile check and the GPU tests cover: a hand-edited row may hold others) and fits;
+    /// else the built-in one it has.
     fn measured_launch_shape(&self, cfg: &mut KernelConfig, dtype: crate::DType, m: usize) {
         let forced = unpack_shape(self.tune_shape.load(std::sync::atomic::Ordering::Relaxed));
         if forced.is_none() {
             if let Some(shape) = self
                 .tuned
                 .as_ref()
-                .and_then(|t| t.lookup(cfg.shape_class(), dtype, cfg.h, m))
+                .and_then(|t| tuned::shape_for(t, cfg, dtype, m, &self.limits))
             {
                 cfg.try_launch_shape(shape, &self.limits);
             }

@@ -3,9 +3,10 @@
 //! length and dtype and writes the fastest per bucket to a table in the cache directory; a
 //! [`Gpu`] of the same device, fp4norm version and kernel source reads it when it opens the
 //! device and takes its shapes before the built-in launch table's. A shape never changes the
-//! bytes a call writes, only its speed, so a stale or odd table can only be slow: every
-//! shape is still checked to fit the call (`KernelConfig::try_launch_shape`), else the
-//! built-in one runs.
+//! bytes a call writes, only its speed; a call takes a tuned shape only where it is one of
+//! [`candidates`] for the call (the shapes the compile check and the GPU tests cover) and
+//! fits it (`KernelConfig::try_launch_shape`), else the built-in one runs. A file that does
+//! not parse is refused whole, with a warning, and `fp4norm tune` will not overwrite it.
 //!
 //! The file is text, one row per line after `#` comments:
 //! `class dtype h m_from m_to threads_per_row rows_per_cta ctas_per_row`, the class one of
@@ -13,7 +14,7 @@
 
 use std::path::PathBuf;
 
-use super::kernel::{fnv1a, shape_fits, source_fingerprint};
+use super::kernel::{fnv1a, shape_fits, source_fingerprint, KernelConfig};
 use super::{knobs, DeviceLimits, Gpu};
 use crate::{DType, Error};
 
@@ -46,15 +47,16 @@ impl std::fmt::Display for ShapeClass {
 
 impl std::str::FromStr for ShapeClass {
     type Err = ();
+    /// [`ShapeClass`]'s `Display` names; groups of 32, 64 or 128 (SPEC.md §8).
     fn from_str(s: &str) -> Result<Self, ()> {
         Ok(match s {
             "fp4" => ShapeClass::Fp4,
             "fp8-tensor" => ShapeClass::Fp8PerTensor,
             "fp8-token" => ShapeClass::Fp8PerToken,
-            _ => match s.strip_prefix("fp8-g").map(str::parse::<usize>) {
-                Some(Ok(g)) if g > 0 => ShapeClass::Fp8Group(g),
-                _ => return Err(()),
-            },
+            "fp8-g32" => ShapeClass::Fp8Group(32),
+            "fp8-g64" => ShapeClass::Fp8Group(64),
+            "fp8-g128" => ShapeClass::Fp8Group(128),
+            _ => return Err(()),
         })
     }
 }
@@ -132,42 +134,116 @@ impl TunedTable {
     }
 
     /// Parses [`TunedTable::to_text`]'s format (and its earlier one, without the class:
-    /// the FP4 op's rows); `None` on any malformed line (the whole file is then ignored, as
-    /// if absent).
-    pub fn parse(text: &str) -> Option<TunedTable> {
-        let mut rows = Vec::new();
-        for line in text.lines().map(str::trim) {
+    /// the FP4 op's rows). Any malformed line refuses the whole text, the error naming the
+    /// line: an unknown class or dtype, a number that is not a plain decimal, `h` or
+    /// `m_from` of 0, `m_to` below `m_from`, threads per row not whole warps of at most
+    /// 1024, no rows per CTA, CTAs per row outside 1..=8, or row counts that overlap
+    /// another line's of the same class, dtype and `h` (the first would win unseen).
+    pub fn parse(text: &str) -> Result<TunedTable, String> {
+        let mut rows: Vec<TunedRow> = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let mut f: Vec<&str> = line.split_whitespace().collect();
-            let class = match f.len() {
-                7 => ShapeClass::Fp4,
-                8 => f.remove(0).parse().ok()?,
-                _ => return None,
-            };
-            let dtype = match f[0] {
-                "bf16" => DType::BF16,
-                "f16" => DType::F16,
-                _ => return None,
-            };
-            let n = |i: usize| f[i].parse::<usize>().ok();
-            let u = |i: usize| f[i].parse::<u32>().ok();
-            let m_to = match n(3)? {
-                0 => usize::MAX,
-                v => v,
-            };
-            rows.push(TunedRow {
-                class,
-                dtype,
-                h: n(1)?,
-                m_from: n(2)?,
-                m_to,
-                shape: (u(4)?, u(5)?, u(6)?),
-            });
+            let row = parse_row(line).map_err(|e| format!("line {}: {e}: {line:?}", i + 1))?;
+            if let Some(o) = rows.iter().find(|o| {
+                (o.class, o.dtype, o.h) == (row.class, row.dtype, row.h)
+                    && o.m_from <= row.m_to
+                    && row.m_from <= o.m_to
+            }) {
+                return Err(format!(
+                    "line {}: rows {}..{} overlap the rows {}..{} of an earlier line of {} {} H={}",
+                    i + 1,
+                    row.m_from,
+                    row.m_to,
+                    o.m_from,
+                    o.m_to,
+                    row.class,
+                    row.dtype,
+                    row.h
+                ));
+            }
+            rows.push(row);
         }
-        Some(TunedTable { rows })
+        Ok(TunedTable { rows })
     }
+}
+
+/// One line of the table's text (not a comment): the row, or what is wrong with it.
+fn parse_row(line: &str) -> Result<TunedRow, String> {
+    let mut f: Vec<&str> = line.split_whitespace().collect();
+    let class = match f.len() {
+        7 => ShapeClass::Fp4,
+        8 => f.remove(0).parse().map_err(|()| {
+            "the class is not fp4, fp8-tensor, fp8-token, fp8-g32, fp8-g64 or fp8-g128".to_string()
+        })?,
+        n => return Err(format!("{n} fields, not 8 (or 7 without the class)")),
+    };
+    let dtype = match f[0] {
+        "bf16" => DType::BF16,
+        "f16" => DType::F16,
+        _ => return Err("the dtype is not bf16 or f16".into()),
+    };
+    // Plain decimals only (`str::parse` would take a leading `+`).
+    let n = |i: usize, what: &str| -> Result<usize, String> {
+        let v = f[i];
+        match v.parse::<usize>() {
+            Ok(n) if v.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+            _ => Err(format!("{what} {v:?} is not a decimal number")),
+        }
+    };
+    let (h, m_from) = (n(1, "h")?, n(2, "m_from")?);
+    let m_to = match n(3, "m_to")? {
+        0 => usize::MAX,
+        v => v,
+    };
+    let mut shape = [0u32; 3];
+    for (k, what) in ["threads_per_row", "rows_per_cta", "ctas_per_row"]
+        .iter()
+        .enumerate()
+    {
+        shape[k] = u32::try_from(n(4 + k, what)?).map_err(|_| format!("{what} is too large"))?;
+    }
+    let [g, r, c] = shape;
+    if h == 0 || m_from == 0 {
+        return Err("h and m_from must be at least 1".into());
+    }
+    if m_to < m_from {
+        return Err(format!("m_to {m_to} is below m_from {m_from}"));
+    }
+    if g == 0 || g % 32 != 0 || g > 1024 || r == 0 || !(1..=8).contains(&c) {
+        return Err(
+            "the shape needs whole warps of at most 1024 threads per row, at least one row per \
+             CTA and 1 to 8 CTAs per row"
+                .into(),
+        );
+    }
+    Ok(TunedRow {
+        class,
+        dtype,
+        h,
+        m_from,
+        m_to,
+        shape: (g, r, c),
+    })
+}
+
+/// The shape `table` has for `cfg`'s calls of `m` rows of `dtype` on a device with
+/// `limits`, where it is one of [`candidates`] for the call: the shapes `fp4norm tune`
+/// measures, which the compile check and the GPU tests cover (a hand-edited row may hold
+/// others, which the built-in shape then replaces). The caller still fits it to the call.
+pub(crate) fn shape_for(
+    table: &TunedTable,
+    cfg: &KernelConfig,
+    dtype: DType,
+    m: usize,
+    limits: &DeviceLimits,
+) -> Option<(u32, u32, u32)> {
+    let class = cfg.shape_class();
+    table
+        .lookup(class, dtype, cfg.h, m)
+        .filter(|s| candidates(class, cfg.h, cfg.shape_block(), limits).contains(s))
 }
 
 /// The buckets of row counts a table has a shape for, on a device of `sm_count` SMs, with
@@ -255,18 +331,32 @@ pub fn table_path(gpu: &Gpu) -> Option<PathBuf> {
 }
 
 /// The tuned table for `gpu`'s device, if `fp4norm tune` wrote one and
-/// `FP4NORM_TUNED=off` is not set.
-pub(crate) fn load(gpu: &Gpu) -> Option<TunedTable> {
+/// `FP4NORM_TUNED=off` is not set; a file that cannot be read or parsed is the error (the
+/// `Gpu` then runs the built-in table and says why, once per process).
+pub(crate) fn load(gpu: &Gpu) -> Result<Option<TunedTable>, Error> {
     if !knobs::use_tuned_table() {
-        return None;
+        return Ok(None);
     }
     saved(gpu)
 }
 
-/// The table `fp4norm tune` last wrote for `gpu`'s device, whether or not it is in use.
-pub fn saved(gpu: &Gpu) -> Option<TunedTable> {
-    let text = std::fs::read_to_string(table_path(gpu)?).ok()?;
-    TunedTable::parse(&text)
+/// The table `fp4norm tune` last wrote for `gpu`'s device, whether or not it is in use:
+/// `None` where there is none (or the disk cache is off), an error where the file cannot be
+/// read or does not parse ([`TunedTable::parse`]).
+pub fn saved(gpu: &Gpu) -> Result<Option<TunedTable>, Error> {
+    let Some(path) = table_path(gpu) else {
+        return Ok(None);
+    };
+    let bad = |message: String| Error::TunedTable {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    TunedTable::parse(&text).map(Some).map_err(bad)
 }
 
 /// Writes `table` as `gpu`'s tuned table (through a temporary file and a rename) and
@@ -396,13 +486,100 @@ mod tests {
         // The earlier format (no class) is the FP4 op's.
         let old = TunedTable::parse("# old\nbf16 4096 1 1 64 1 8\n").expect("parses");
         assert_eq!(old.rows, vec![row(fp4, 4096, 1, 1, (64, 1, 8))]);
-        assert_eq!(TunedTable::parse("bf16 4096 1 1 64 1"), None);
-        assert_eq!(TunedTable::parse("bf17 4096 1 1 64 1 8"), None);
-        assert_eq!(TunedTable::parse("fp9 bf16 4096 1 1 64 1 8"), None);
-        assert_eq!(TunedTable::parse("fp8-g0 bf16 4096 1 1 64 1 8"), None);
         for class in [fp4, token, ShapeClass::Fp8PerTensor, g(32), g(64), g(128)] {
             assert_eq!(class.to_string().parse::<ShapeClass>(), Ok(class));
         }
+    }
+
+    #[test]
+    fn a_malformed_line_refuses_the_table_naming_the_line() {
+        let good = "fp4 bf16 4096 1 1 64 1 8\n";
+        assert!(TunedTable::parse(good).is_ok());
+        for (bad, words) in [
+            ("bf16 4096 1 1 64 1", "6 fields"),
+            ("fp4 bf16 4096 1 1 64 1 8 # mine", "10 fields"),
+            ("bf17 4096 1 1 64 1 8", "dtype"),
+            ("fp9 bf16 4096 1 1 64 1 8", "class"),
+            ("fp8-g0 bf16 4096 1 1 64 1 8", "class"),
+            ("fp8-g16 bf16 4096 1 1 64 1 8", "class"),
+            ("fp8-g256 bf16 4096 1 1 64 1 8", "class"),
+            ("fp8-g+32 bf16 4096 1 1 64 1 8", "class"),
+            ("fp4 bf16 +4096 1 1 64 1 8", "h \"+4096\""),
+            ("fp4 bf16 4096 1 1 64 1 -8", "ctas_per_row"),
+            ("fp4 bf16 99999999999999999999 1 1 64 1 8", "h"),
+            (
+                "fp4 bf16 4096 1 1 4294967296 1 8",
+                "threads_per_row is too large",
+            ),
+            ("fp4 bf16 0 1 1 64 1 8", "at least 1"),
+            ("fp4 bf16 4096 0 1 64 1 8", "at least 1"),
+            ("fp4 bf16 4096 9 3 64 1 8", "below m_from"),
+            ("fp4 bf16 4096 1 1 48 1 8", "whole warps"),
+            ("fp4 bf16 4096 1 1 2048 1 1", "whole warps"),
+            ("fp4 bf16 4096 1 1 64 0 8", "whole warps"),
+            ("fp4 bf16 4096 1 1 64 1 9", "whole warps"),
+            ("fp4 bf16 4096 1 1 64 1 0", "whole warps"),
+        ] {
+            let e = TunedTable::parse(&format!("# header\n{good}{bad}\n")).unwrap_err();
+            assert!(
+                e.starts_with("line 3: ") && e.contains(words),
+                "{bad:?}: {e}"
+            );
+        }
+        // Overlapping row counts of one class, dtype and H: the first would win unseen.
+        let e = TunedTable::parse("fp4 bf16 4096 1 16 64 1 8\nfp4 bf16 4096 16 0 256 1 1\n")
+            .unwrap_err();
+        assert!(
+            e.starts_with("line 2: rows 16..") && e.contains("overlap"),
+            "{e}"
+        );
+        // Another class, dtype or H may cover the same rows.
+        let ok = "fp4 bf16 4096 1 16 64 1 8\nfp8-token bf16 4096 1 16 64 1 8\n\
+                  fp4 f16 4096 1 16 64 1 8\nfp4 bf16 8192 1 16 64 1 8\nfp4 bf16 4096 17 0 64 1 8\n";
+        assert_eq!(TunedTable::parse(ok).map(|t| t.rows.len()), Ok(5));
+    }
+
+    #[test]
+    fn a_call_takes_only_a_tuned_shape_that_is_a_candidate() {
+        use super::super::kernel::GsMode;
+        let problem = |m, h| {
+            crate::Problem::new(
+                m,
+                h,
+                DType::BF16,
+                crate::ScaleLayout::RowMajor,
+                &crate::Options::nvfp4(),
+            )
+            .expect("valid problem")
+        };
+        let cfg = |m, h| KernelConfig::fused(&problem(m, h), GsMode::Uniform, true, false, &H200);
+        let row = |h, shape| TunedRow {
+            class: ShapeClass::Fp4,
+            dtype: DType::BF16,
+            h,
+            m_from: 1,
+            m_to: usize::MAX,
+            shape,
+        };
+        // A candidate is taken; one that fits the call but no candidate list holds (128
+        // vectors a thread) is not, nor is a row of another H or dtype.
+        assert!(candidates(ShapeClass::Fp4, 32768, 16, &H200).contains(&(256, 1, 8)));
+        assert!(shape_fits(32768, 16, (32, 1, 1), &H200));
+        assert!(!candidates(ShapeClass::Fp4, 32768, 16, &H200).contains(&(32, 1, 1)));
+        let t = |shape| TunedTable {
+            rows: vec![row(32768, shape)],
+        };
+        let c = cfg(16, 32768);
+        assert_eq!(
+            shape_for(&t((256, 1, 8)), &c, DType::BF16, 16, &H200),
+            Some((256, 1, 8))
+        );
+        assert_eq!(shape_for(&t((32, 1, 1)), &c, DType::BF16, 16, &H200), None);
+        assert_eq!(shape_for(&t((256, 1, 8)), &c, DType::F16, 16, &H200), None);
+        assert_eq!(
+            shape_for(&t((256, 1, 8)), &cfg(16, 16384), DType::BF16, 16, &H200),
+            None
+        );
     }
 
     #[test]
