@@ -70,7 +70,7 @@ pub struct BenchArgs {
     h: Vec<usize>,
     /// Formats, comma-separated or repeated; FP4 and FP8 may be mixed: nvfp4, mxfp4,
     /// b16-ue8m0, b32-e4m3; fp8-tensor, fp8-token, fp8-group128 (and 32, 64), mxfp8, or
-    /// fp8-<token|g32|g64|g128>-<f32|ue8m0>-<layout>; suffix -e5m2 for E5M2 FP8 elements
+    /// fp8-{token|g32|g64|g128}-{f32|ue8m0}-{layout}; suffix -e5m2 for E5M2 FP8 elements
     /// (see --help) [default: nvfp4,mxfp4]
     #[arg(long = "format", value_name = "FORMAT", value_delimiter = ',', value_parser = parse_format)]
     formats: Vec<Format>,
