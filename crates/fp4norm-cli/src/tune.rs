@@ -203,12 +203,10 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
         buckets.len()
     );
     // A saved table this run would merge into must parse: the run stops before measuring
-    // rather than overwrite rows it cannot read.
-    let saved = if args.dry_run {
-        None
-    } else {
-        internal::saved_tuned_table(gpu)?
-    };
+    // rather than overwrite rows it cannot read (and reads it again to merge at the end).
+    if !args.dry_run {
+        internal::saved_tuned_table(gpu)?;
+    }
     let started = std::time::Instant::now();
     let mut results: Vec<BucketResult> = Vec::new();
     let mut unmeasured: Vec<(DType, usize, usize)> = Vec::new();
@@ -285,8 +283,11 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
     if args.dry_run {
         println!("(--dry-run: the table was not written)");
     } else {
-        // The rows of classes, dtypes and row lengths not tuned now stay.
-        let table = saved.unwrap_or_default().merged_with(&table);
+        // The rows of classes, dtypes and row lengths not tuned now stay, as the file holds
+        // them now.
+        let table = internal::saved_tuned_table(gpu)?
+            .unwrap_or_default()
+            .merged_with(&table);
         let path = internal::save_tuned_table(gpu, &table)?;
         println!("wrote {} ({} rows)", path.display(), table.rows.len());
     }
