@@ -29,9 +29,11 @@ built-in shape's: a shape never changes what a call writes. A format's shapes se
 of its class: the FP4 op (nvfp4, measured row-major, also serves mxfp4), FP8 per tensor, FP8 \
 per token, FP8 per group of each size (fp8-group128 also serves fp8-g128-ue8m0-column-major). \
 The table is written to the cache directory (FP4NORM_CACHE_DIR, else ~/.cache/fp4norm) under \
-tuned/, keeping the rows it does not measure again; a `Gpu` opened afterwards on the same \
-device, fp4norm version and kernel source uses it (FP4NORM_TUNED=off ignores it). Printed: per \
-bucket, the built-in shape's time and the tuned one's.\n\n\
+tuned/, keeping the rows it does not measure again (a saved table that does not parse stops the \
+run before it measures: move it away to start afresh); a bucket's row is the built-in shape where \
+no candidate beats it. A `Gpu` opened afterwards on the same device, fp4norm version and kernel \
+source uses it (FP4NORM_TUNED=off ignores it). Printed: per bucket, the built-in shape's time and \
+the tuned one's.\n\n\
 --quick measures bf16 at H = 4096, 8192, 16384 (about a minute a format on an H200); the full \
 run bf16 and f16 at H = 2048 ... 32768 (a few minutes a format). Progress goes to stderr."
 )]
