@@ -567,6 +567,27 @@ def test_register_vllm_kernels_on_a_stand_in_namespace():
     assert (q.view(torch.uint8) == MARK).all()
 
 
+def test_the_fallback_reaches_a_kernel_registered_through_the_stable_abi():
+    """vLLM registers its CUDA kernels through PyTorch's stable C ABI, as boxed kernels; the
+    fallback of register_vllm_kernels takes the kernel that was there before through
+    torch.library.get_kernel and calls it boxed. fp4norm's own CPU kernels are registered
+    the same way (from Rust through the C shim), so one of them stands in for vLLM's."""
+    op = torch.ops.fp4norm.fused_add_rmsnorm_quant.default
+    previous = fv._previous_kernel(op, "CPU")
+    if previous is None:
+        pytest.skip("torch.library.get_kernel needs torch >= 2.9: no fallback to test")
+    m, h = 5, 256
+    x, r, w = inputs(m, h, "bf16", "cpu", seed_of("stable-abi"))
+    got, want = poisoned_result((m, h), "cpu"), poisoned_result((m, h), "cpu")
+    r1, r2 = r.clone(), r.clone()
+    scale = torch.tensor([0.5])
+    keyset = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    previous.call_boxed(keyset, got, x, r1, w, scale, EPS, None, None, 0.0, None)
+    reference.fused_add_rmsnorm_quant(want, x, r2, w, scale, EPS)
+    assert same(got, want) and same(r1, r2)
+    assert not same(r1, r), "the boxed call did not write the residual"
+
+
 def test_register_vllm_kernels_registers_only_existing_operators():
     names = fv.register_vllm_kernels(namespace="fp4norm_vllm_test_partial", dispatch_keys="CPU")
     assert sorted(names) == [
