@@ -255,6 +255,19 @@ pub(crate) trait RowSteps {
     fn step1<T: Element>(x: &[T], r: Option<&mut [T]>, y: &mut [f32]) -> (f64, usize);
     /// `out = RNdt(y)`.
     fn round_row<T: Element>(y: &[f32], out: &mut [T]);
+    /// Whether [`RowSteps::amax_x16`] gathers 16 groups' amaxes in one vector tree (then
+    /// groups of 32 take their scales 16 at a time too).
+    const AMAX_X16: bool = false;
+    /// The amaxes of 16 consecutive groups of `G` elements of `y` (`16·G` long), as `|y|`'s
+    /// bits (NaN above every number): group `j`'s in element `j`.
+    #[inline(always)]
+    fn amax_x16<const G: usize>(y: &[f32]) -> [u32; 16] {
+        let mut am = [0u32; 16];
+        for (a, g) in am.iter_mut().zip(y.chunks_exact(G)) {
+            *a = g.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF));
+        }
+        am
+    }
 }
 
 /// Plain loops the compiler vectorises (the portable path).

@@ -730,12 +730,13 @@ fn fp8_option_sets(h: usize) -> Vec<Fp8Options> {
 }
 
 /// Every FP8 option set, dtype, residual and y_out on random rows (every value
-/// distribution), M not a multiple of 4 or 128 (layout padding).
+/// distribution), M not a multiple of 4 or 128 (layout padding); rows of 1056 and 1536
+/// hold whole chunks of 16 groups (the AVX-512 amax tree) and a shorter last one.
 #[test]
 fn fp8_every_path_every_option_set() {
     let mut rng = StdRng::seed_from_u64(0xF8);
     for dt in [DType::BF16, DType::F16] {
-        for (m, h) in [(5, 128), (130, 384)] {
+        for (m, h) in [(5, 128), (130, 384), (5, 1056), (3, 1536)] {
             let sets = fp8_option_sets(h);
             assert!(sets.len() > 40, "{} option sets", sets.len());
             for opts in sets {

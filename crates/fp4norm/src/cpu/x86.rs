@@ -405,6 +405,28 @@ pub(crate) mod avx512 {
             )
         }
 
+        /// The FP8 rows' amaxes of 16 consecutive groups of `G` elements (a multiple of 16)
+        /// of `y` (`16·G` long) as `|y|`'s bits, group `j`'s in element `j`: each group's
+        /// lane-wise max, then one `hmax16` tree for all 16, in place of 16 horizontal
+        /// reductions.
+        pub(crate) fn fp8_amax_x16<const G: usize>(y: &[f32]) -> [u32; 16] {
+            let abs = _mm512_set1_epi32(0x7FFF_FFFF);
+            let mut m = [_mm512_setzero_si512(); 16];
+            for (slot, v) in m.iter_mut().enumerate() {
+                let g = &y[transpose4(slot) * G..(transpose4(slot) + 1) * G];
+                let mut acc = _mm512_setzero_si512();
+                for a in arrays::<f32, 16>(g) {
+                    let bits = _mm512_and_si512(_mm512_castps_si512(load_f32(a)), abs);
+                    acc = _mm512_max_epu32(acc, bits);
+                }
+                *v = acc;
+            }
+            let mut out = [0u32; 16];
+            // SAFETY: 64 bytes into a [u32; 16] (unaligned store).
+            unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), hmax16(&m)) };
+            out
+        }
+
         /// 16 codes (one per u32 lane) packed two per byte, element 2j in the low nibble.
         fn pack_nibbles(c: __m512i) -> __m128i {
             // Per u64 lane: c[2j] | c[2j+1] << 32 → low byte c[2j] | c[2j+1] << 4.

@@ -194,7 +194,7 @@ struct RowsCtx<'a, 'p, T> {
 trait RowQuant: Sync {
     /// A scale as written: f32, or a UE8M0 code (`u8` also for none).
     type Scale: Copy + Default + Send + Sync;
-    fn row(&self, y: &[f32], q: &mut [u8], scales: &mut [Self::Scale]);
+    fn row<S: RowSteps>(&self, y: &[f32], q: &mut [u8], scales: &mut [Self::Scale]);
 }
 
 /// One per-tensor scale: `q_i = FP8(RN32(y_i · inv))`.
@@ -206,7 +206,7 @@ struct PerTensor {
 impl RowQuant for PerTensor {
     type Scale = u8;
     #[inline(always)]
-    fn row(&self, y: &[f32], q: &mut [u8], _: &mut [u8]) {
+    fn row<S: RowSteps>(&self, y: &[f32], q: &mut [u8], _: &mut [u8]) {
         encode(self.element, y, self.inv, q);
     }
 }
@@ -262,15 +262,18 @@ struct Groups<G> {
 impl<G: GroupScale> RowQuant for Groups<G> {
     type Scale = G::Scale;
     #[inline(always)]
-    fn row(&self, y: &[f32], q: &mut [u8], scales: &mut [G::Scale]) {
+    fn row<S: RowSteps>(&self, y: &[f32], q: &mut [u8], scales: &mut [G::Scale]) {
         // The group sizes of SPEC.md §8 as constants: a loop of a known 32 elements
         // vectorises whole, where one of a run-time length runs in its scalar remainder.
-        // Sixteen groups' scales at once gained for groups of 64 and 128 and lost for 32
-        // (AVX-512, 4096 x 4096: 10-15 % faster, 10-15 % slower).
+        // Sixteen groups' scales at once gain for groups of 64 and 128; for 32 only where
+        // their amaxes come from one vector tree (`RowSteps::AMAX_X16`), else its 16
+        // horizontal reductions cost more than the scales save. Groups of 64 and 128 keep
+        // one reduction each (`PlainSteps`): the tree measured even to 3 % slower there.
         match self.g {
+            32 if S::AMAX_X16 => quantize_groups_x16::<G, 32, S>(y, q, scales, &self.scale),
             32 => quantize_groups::<G, 32>(y, q, scales, &self.scale),
-            64 => quantize_groups_x16::<G, 64>(y, q, scales, &self.scale),
-            128 => quantize_groups_x16::<G, 128>(y, q, scales, &self.scale),
+            64 => quantize_groups_x16::<G, 64, PlainSteps>(y, q, scales, &self.scale),
+            128 => quantize_groups_x16::<G, 128, PlainSteps>(y, q, scales, &self.scale),
             g => quantize_row_group(g, y, q, scales, &self.scale),
         }
     }
@@ -336,6 +339,12 @@ mod simd {
             // SAFETY: as step1.
             unsafe { avx512::fp8_round_row(y, out) }
         }
+        const AMAX_X16: bool = true;
+        #[inline(always)]
+        fn amax_x16<const G: usize>(y: &[f32]) -> [u32; 16] {
+            // SAFETY: as step1.
+            unsafe { avx512::fp8_amax_x16::<G>(y) }
+        }
     }
 
     /// The same by the FP4 rows' AVX2 lane functions.
@@ -378,7 +387,7 @@ fn task_rows<T: Element, Q: RowQuant, S: RowSteps>(
         } else {
             &mut t.scales[i * n..(i + 1) * n]
         };
-        quant.row(&y, &mut t.q[i * h..(i + 1) * h], scales);
+        quant.row::<S>(&y, &mut t.q[i * h..(i + 1) * h], scales);
     }
 }
 
@@ -435,10 +444,11 @@ fn dynamic<T: Element, G: GroupScale>(rows: Rows<'_, '_, T>, buf: &mut [G::Scale
     }
 }
 
-/// One row of `y` in groups of `G`, sixteen groups at a time: their amaxes, then their
-/// scales and inverses (one loop over sixteen lanes, which vectorises), then their codes.
+/// One row of `y` in groups of `G`, sixteen groups at a time: their amaxes (`R`'s
+/// [`RowSteps::amax_x16`]; a last chunk of fewer groups one by one), then their scales and
+/// inverses (one loop over sixteen lanes, which vectorises), then their codes.
 #[inline(always)]
-fn quantize_groups_x16<S: GroupScale, const G: usize>(
+fn quantize_groups_x16<S: GroupScale, const G: usize, R: RowSteps>(
     y: &[f32],
     q: &mut [u8],
     scales: &mut [S::Scale],
@@ -450,8 +460,14 @@ fn quantize_groups_x16<S: GroupScale, const G: usize>(
         .zip(scales.chunks_mut(16))
     {
         let mut am = [0f32; 16];
-        for (a, yg) in am.iter_mut().zip(yc.chunks_exact(G)) {
-            *a = amax(yg);
+        if yc.len() == 16 * G {
+            for (a, bits) in am.iter_mut().zip(R::amax_x16::<G>(yc)) {
+                *a = f32::from_bits(bits);
+            }
+        } else {
+            for (a, yg) in am.iter_mut().zip(yc.chunks_exact(G)) {
+                *a = amax(yg);
+            }
         }
         let mut inv = [0f32; 16];
         let mut sv = [S::Scale::default(); 16];
