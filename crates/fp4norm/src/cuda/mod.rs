@@ -470,16 +470,15 @@ impl Gpu {
 
     /// `cfg`'s launch shape for a call of `m` rows of `dtype`: the one forced by
     /// FP4NORM_TUNE_SHAPE or `with_launch_shape`, where valid; else the tuned table's for
-    /// its class, where it has one that is a tuning candidate for the call (the shapes the
-    /// compile check and the GPU tests cover: a hand-edited row may hold others) and fits;
-    /// else the built-in one it has.
+    /// its class (candidate shapes only: `tuned::candidates_only`), where it has one that
+    /// fits; else the built-in one it has.
     fn measured_launch_shape(&self, cfg: &mut KernelConfig, dtype: crate::DType, m: usize) {
         let forced = unpack_shape(self.tune_shape.load(std::sync::atomic::Ordering::Relaxed));
         if forced.is_none() {
             if let Some(shape) = self
                 .tuned
                 .as_ref()
-                .and_then(|t| tuned::shape_for(t, cfg, dtype, m, &self.limits))
+                .and_then(|t| t.lookup(cfg.shape_class(), dtype, cfg.h, m))
             {
                 cfg.try_launch_shape(shape, &self.limits);
             }

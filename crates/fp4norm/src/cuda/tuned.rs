@@ -14,7 +14,7 @@
 
 use std::path::PathBuf;
 
-use super::kernel::{fnv1a, shape_fits, source_fingerprint, KernelConfig};
+use super::kernel::{fnv1a, shape_fits, source_fingerprint};
 use super::{knobs, DeviceLimits, Gpu};
 use crate::{DType, Error};
 
@@ -229,21 +229,18 @@ fn parse_row(line: &str) -> Result<TunedRow, String> {
     })
 }
 
-/// The shape `table` has for `cfg`'s calls of `m` rows of `dtype` on a device with
-/// `limits`, where it is one of [`candidates`] for the call: the shapes `fp4norm tune`
+/// `table` without the rows whose shape is not one of [`candidates`] for their class and
+/// row length on a device with `limits`: calls take only the shapes `fp4norm tune`
 /// measures, which the compile check and the GPU tests cover (a hand-edited row may hold
-/// others, which the built-in shape then replaces). The caller still fits it to the call.
-pub(crate) fn shape_for(
-    table: &TunedTable,
-    cfg: &KernelConfig,
-    dtype: DType,
-    m: usize,
-    limits: &DeviceLimits,
-) -> Option<(u32, u32, u32)> {
-    let class = cfg.shape_class();
+/// others; the built-in shape serves its rows instead). Checked once, when a `Gpu` reads
+/// the table: a block only narrows which generated shapes fit (`shape_fits`), so the
+/// candidates of the smallest block, one vector, hold those of every block, and each call
+/// still fits the shape to its own block (`KernelConfig::try_launch_shape`).
+pub(crate) fn candidates_only(mut table: TunedTable, limits: &DeviceLimits) -> TunedTable {
     table
-        .lookup(class, dtype, cfg.h, m)
-        .filter(|s| candidates(class, cfg.h, cfg.shape_block(), limits).contains(s))
+        .rows
+        .retain(|r| candidates(r.class, r.h, 8, limits).contains(&r.shape));
+    table
 }
 
 /// The buckets of row counts a table has a shape for, on a device of `sm_count` SMs, with
@@ -331,13 +328,14 @@ pub fn table_path(gpu: &Gpu) -> Option<PathBuf> {
 }
 
 /// The tuned table for `gpu`'s device, if `fp4norm tune` wrote one and
-/// `FP4NORM_TUNED=off` is not set; a file that cannot be read or parsed is the error (the
-/// `Gpu` then runs the built-in table and says why, once per process).
+/// `FP4NORM_TUNED=off` is not set, its rows of candidate shapes ([`candidates_only`]); a
+/// file that cannot be read or parsed is the error (the `Gpu` then runs the built-in table
+/// and says why, once per process).
 pub(crate) fn load(gpu: &Gpu) -> Result<Option<TunedTable>, Error> {
     if !knobs::use_tuned_table() {
         return Ok(None);
     }
-    saved(gpu)
+    Ok(saved(gpu)?.map(|t| candidates_only(t, gpu.limits())))
 }
 
 /// The table `fp4norm tune` last wrote for `gpu`'s device, whether or not it is in use:
@@ -541,45 +539,58 @@ mod tests {
 
     #[test]
     fn a_call_takes_only_a_tuned_shape_that_is_a_candidate() {
-        use super::super::kernel::GsMode;
-        let problem = |m, h| {
-            crate::Problem::new(
-                m,
-                h,
-                DType::BF16,
-                crate::ScaleLayout::RowMajor,
-                &crate::Options::nvfp4(),
-            )
-            .expect("valid problem")
-        };
-        let cfg = |m, h| KernelConfig::fused(&problem(m, h), GsMode::Uniform, true, false, &H200);
-        let row = |h, shape| TunedRow {
-            class: ShapeClass::Fp4,
+        let row = |class, h, shape| TunedRow {
+            class,
             dtype: DType::BF16,
             h,
             m_from: 1,
             m_to: usize::MAX,
             shape,
         };
-        // A candidate is taken; one that fits the call but no candidate list holds (128
-        // vectors a thread) is not, nor is a row of another H or dtype.
-        assert!(candidates(ShapeClass::Fp4, 32768, 16, &H200).contains(&(256, 1, 8)));
+        // A candidate stays; one that fits the call but no candidate list holds (128
+        // vectors a thread) goes, as does a per-token cluster shape that spills.
+        let fp4 = ShapeClass::Fp4;
+        assert!(candidates(fp4, 32768, 16, &H200).contains(&(256, 1, 8)));
         assert!(shape_fits(32768, 16, (32, 1, 1), &H200));
-        assert!(!candidates(ShapeClass::Fp4, 32768, 16, &H200).contains(&(32, 1, 1)));
-        let t = |shape| TunedTable {
-            rows: vec![row(32768, shape)],
+        assert!(!candidates(fp4, 32768, 16, &H200).contains(&(32, 1, 1)));
+        assert!(shape_fits(16384, 8, (256, 1, 2), &H200));
+        let t = TunedTable {
+            rows: vec![
+                row(fp4, 32768, (256, 1, 8)),
+                row(fp4, 16384, (32, 1, 1)),
+                row(ShapeClass::Fp8PerToken, 16384, (256, 1, 2)),
+                row(ShapeClass::Fp8PerTensor, 16384, (256, 1, 2)),
+            ],
         };
-        let c = cfg(16, 32768);
-        assert_eq!(
-            shape_for(&t((256, 1, 8)), &c, DType::BF16, 16, &H200),
-            Some((256, 1, 8))
-        );
-        assert_eq!(shape_for(&t((32, 1, 1)), &c, DType::BF16, 16, &H200), None);
-        assert_eq!(shape_for(&t((256, 1, 8)), &c, DType::F16, 16, &H200), None);
-        assert_eq!(
-            shape_for(&t((256, 1, 8)), &cfg(16, 16384), DType::BF16, 16, &H200),
-            None
-        );
+        let kept = candidates_only(t.clone(), &H200);
+        assert_eq!(kept.rows, vec![t.rows[0], t.rows[3]]);
+        // The candidates of one vector hold those of every block, less the shapes that do
+        // not fit it: what a call's own fit check leaves.
+        let classes = [
+            fp4,
+            ShapeClass::Fp8PerTensor,
+            ShapeClass::Fp8PerToken,
+            ShapeClass::Fp8Group(32),
+            ShapeClass::Fp8Group(64),
+            ShapeClass::Fp8Group(128),
+        ];
+        for class in classes {
+            for h in [128usize, 2048, 4096, 5120, 7168, 8192, 16384, 32768] {
+                let all = candidates(class, h, 8, &H200);
+                for block in [16usize, 32, 64, 128] {
+                    let fitting: Vec<_> = all
+                        .iter()
+                        .copied()
+                        .filter(|&s| shape_fits(h, block, s, &H200))
+                        .collect();
+                    assert_eq!(
+                        candidates(class, h, block, &H200),
+                        fitting,
+                        "{class} H={h} block {block}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
