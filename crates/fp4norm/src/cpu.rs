@@ -264,10 +264,17 @@ pub(crate) trait RowSteps {
     fn amax_x16<const G: usize>(y: &[f32]) -> [u32; 16] {
         let mut am = [0u32; 16];
         for (a, g) in am.iter_mut().zip(y.chunks_exact(G)) {
-            *a = g.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF));
+            *a = amax_bits(g);
         }
         am
     }
+}
+
+/// The largest `|y|` as its bits: `|y|` as bits orders like the value, and every NaN is
+/// above +Inf, so an integer max is the amax with NaN propagating, and it vectorises.
+#[inline(always)]
+pub(crate) fn amax_bits(y: &[f32]) -> u32 {
+    y.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF))
 }
 
 /// Plain loops the compiler vectorises (the portable path).

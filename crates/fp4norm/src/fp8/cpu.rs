@@ -15,7 +15,7 @@ use super::{
 };
 use crate::codec::{e4m3_encode_select, e5m2_encode_select};
 use crate::cpu::isa::Isa;
-use crate::cpu::{normalize_row, PlainSteps, RowSteps};
+use crate::cpu::{amax_bits, normalize_row, PlainSteps, RowSteps};
 use crate::layout::{swizzled_col_tiles, swizzled_offset, SWIZZLE_ROWS, SWIZZLE_TILE_BYTES};
 
 use crate::{Element, Error, MatMut, MatRef};
@@ -524,15 +524,10 @@ fn quantize_row_group<S: GroupScale>(
     }
 }
 
-/// The largest `|y|`: `|y|` as bits orders like the value, and every NaN is above +Inf, so
-/// an integer max is the amax with NaN propagating, and it vectorises.
+/// The largest `|y|`, NaN propagating ([`amax_bits`]).
 #[inline(always)]
 fn amax(y: &[f32]) -> f32 {
-    let mut amax_bits = 0u32;
-    for v in y {
-        amax_bits = amax_bits.max(v.to_bits() & 0x7FFF_FFFF);
-    }
-    f32::from_bits(amax_bits)
+    f32::from_bits(amax_bits(y))
 }
 
 /// `q_i = FP8(RN32(y_i · inv))` with the branch-free encoders (equal to the reference's
