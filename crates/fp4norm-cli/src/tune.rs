@@ -204,6 +204,8 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
         dtypes,
         buckets.len()
     );
+    // Held until the table is written (or the run stops).
+    let _lock = internal::lock_tuned_table(gpu)?;
     // A saved table this run would merge into must parse: the run stops before measuring
     // rather than overwrite rows it cannot read (and reads it again to merge at the end).
     if !args.dry_run {

@@ -170,6 +170,12 @@ pub enum Error {
     )]
     TunedTable { path: String, message: String },
 
+    /// Another `fp4norm tune` is measuring the same device and will write its table.
+    #[error(
+        "another `fp4norm tune` holds {lock}: it is measuring this device and will write its table; run again when it has ended"
+    )]
+    TuneBusy { lock: String },
+
     /// A kernel failed to compile (a bug in fp4norm: please report it with the log).
     #[error("kernel compilation failed for {config}:\n{log}")]
     Compile { config: String, log: String },

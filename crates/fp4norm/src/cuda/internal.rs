@@ -78,8 +78,8 @@ pub fn set_launch_shape(gpu: &Gpu, shape: Option<(u32, u32, u32)>) {
 
 pub use super::kernel::shape_fits;
 pub use super::tuned::{
-    buckets as tune_buckets, candidates as tune_candidates, save as save_tuned_table,
-    saved as saved_tuned_table, table_path as tuned_table_path,
+    buckets as tune_buckets, candidates as tune_candidates, lock as lock_tuned_table,
+    save as save_tuned_table, saved as saved_tuned_table, table_path as tuned_table_path,
 };
 
 /// `gpu` without the tuned launch table (the built-in table's shapes), as

@@ -11,6 +11,9 @@
 //! The file is text, one row per line after `#` comments:
 //! `class dtype h m_from m_to threads_per_row rows_per_cta ctas_per_row`, the class one of
 //! [`ShapeClass`]'s names (a line without one is the FP4 op's).
+//!
+//! One `fp4norm tune` runs per device at a time ([`lock`]): two would time each other's
+//! kernels and each merge its rows into the table the other is about to replace.
 
 use std::path::PathBuf;
 
@@ -327,6 +330,54 @@ pub fn table_path(gpu: &Gpu) -> Option<PathBuf> {
     knobs::cache_dir().map(|d| d.join("tuned").join(format!("{key:016x}.txt")))
 }
 
+/// Held while `fp4norm tune` measures and writes `gpu`'s table: the lock file beside it
+/// (`None` with the disk cache off, where nothing is written). The lock goes with the value
+/// or the process; a second run finds it held and stops with [`Error::TuneBusy`] rather than
+/// wait, since it would measure a device another run is loading. (Built by a Rust older than
+/// 1.89 there is no lock: always `None`.)
+pub fn lock(gpu: &Gpu) -> Result<Option<TuneLock>, Error> {
+    #[cfg(fp4norm_file_lock)]
+    return table_path(gpu)
+        .map(|p| lock_file(&p.with_extension("lock")))
+        .transpose();
+    #[cfg(not(fp4norm_file_lock))]
+    {
+        let _ = gpu;
+        Ok(None)
+    }
+}
+
+/// An exclusive lock on a tuned table's lock file ([`lock`]), released when dropped.
+#[derive(Debug)]
+pub struct TuneLock {
+    _file: std::fs::File,
+}
+
+#[cfg(fp4norm_file_lock)]
+#[clippy::msrv = "1.89"]
+fn lock_file(path: &std::path::Path) -> Result<TuneLock, Error> {
+    let io = |e: std::io::Error| Error::Cuda {
+        context: "locking the tuned launch table",
+        message: format!("{}: {e}", path.display()),
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(TuneLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::TuneBusy {
+            lock: path.display().to_string(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+    }
+}
+
 /// The tuned table for `gpu`'s device, if `fp4norm tune` wrote one and
 /// `FP4NORM_TUNED=off` is not set, its rows of candidate shapes ([`candidates_only`]); a
 /// file that cannot be read or parsed is the error (the `Gpu` then runs the built-in table
@@ -382,6 +433,22 @@ mod tests {
     use super::*;
 
     const H200: DeviceLimits = DeviceLimits::H200;
+
+    #[cfg(fp4norm_file_lock)]
+    #[test]
+    fn one_tune_holds_the_lock_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("fp4norm-lock-{}", std::process::id()));
+        let path = dir.join("tuned").join("0123.lock");
+        let held = lock_file(&path).expect("a free lock is taken");
+        match lock_file(&path) {
+            Err(Error::TuneBusy { lock }) => assert_eq!(lock, path.display().to_string()),
+            other => panic!("a held lock must refuse a second taker, got {other:?}"),
+        }
+        drop(held);
+        let again = lock_file(&path).expect("a dropped lock is free again");
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn buckets_cover_every_row_count_once() {
