@@ -901,7 +901,10 @@ class Fp8Page:
     def block_runs(self):
         # The card by name (the description's part before its details): the section's
         # figures are that card's, whatever card the page's other sections name.
-        out = ["| run | card | commit | copy GB/s | rows | byte check |", "|---|---|---|---|---|---|"]
+        # The launch floor beside the copy (before / after the rows where the run measured
+        # both): decode cells move with it between runs.
+        out = ["| run | card | commit | copy GB/s | launch floor µs | rows | byte check |",
+               "|---|---|---|---|---|---|---|"]
         for run in self.runs:
             card = run.data.get("device_description", "?").split(" (")[0]
             rows = run.data["rows"]
@@ -909,7 +912,11 @@ class Fp8Page:
             ok = run.data.get("all_ok", True)
             check = ("MISMATCH: see the JSON" if not ok else "every row matched" if checked == len(rows)
                      else "`--no-check`" if checked == 0 else f"{checked} of {len(rows)} rows, all matched")
-            out.append(f"| `{run.source}` | {card} | {run.commit} | {run.copy:.1f} | {len(rows)} | {check} |")
+            first, last = run.data.get("launch_floor_us"), run.data.get("launch_floor_end_us")
+            floor = "-" if first is None else f"{first:.2f}"
+            if first is not None and last is not None:
+                floor += f" / {last:.2f}"
+            out.append(f"| `{run.source}` | {card} | {run.commit} | {run.copy:.1f} | {floor} | {len(rows)} | {check} |")
         return out
 
     def block_table(self):

@@ -73,9 +73,17 @@ class Fp8Targets(unittest.TestCase):
                         run([row("fp8-tensor", 1, 4096, us=1.5, scale="static", layout="none")],
                             desc="NVIDIA H200 (cuda:0, sm_90, 132 SMs)"))
         lines = page.block_runs()
-        self.assertEqual(lines[0], "| run | card | commit | copy GB/s | rows | byte check |")
-        self.assertEqual(lines[2], "| `run0.json` | NVIDIA H100 80GB HBM3 | c1 | 4000.0 | 1 | every row matched |")
+        self.assertEqual(lines[0], "| run | card | commit | copy GB/s | launch floor µs | rows | byte check |")
+        self.assertEqual(lines[2], "| `run0.json` | NVIDIA H100 80GB HBM3 | c1 | 4000.0 | 0.85 | 1 | every row matched |")
         self.assertIn("| NVIDIA H200 |", lines[3])
+
+    def test_runs_show_the_launch_floor_before_and_after_the_rows(self):
+        rows = [row("fp8-tensor", 1, 4096, us=1.6, scale="static", layout="none")]
+        both = dict(run(rows), launch_floor_us=1.02, launch_floor_end_us=0.85)
+        cpu = dict(run(rows), launch_floor_us=None)
+        lines = fp8_page(both, cpu).block_runs()
+        self.assertIn("| 1.02 / 0.85 |", lines[2])
+        self.assertIn("| 4000.0 | - |", lines[3])
 
     def test_families_come_from_the_rows_scaling(self):
         cases = [(dict(fmt="mxfp8-e5m2", layout="swizzled", group=32, scale="ue8m0"), "MXFP8"),

@@ -43,6 +43,12 @@ pub trait Backend {
     fn pdl_chain(&self, _case: &Case) -> Option<Result<(f64, f64), CliError>> {
         None
     }
+    /// Keeps the device busy with copies for about `seconds` of wall time before anything
+    /// is timed: a GPU fresh from idle launches kernels slower for a while. Nothing to do
+    /// where there is no such state (the CPU).
+    fn keep_busy(&self, _seconds: f64) -> Result<(), CliError> {
+        Ok(())
+    }
     /// Seconds per launch of a near-empty kernel replayed from a CUDA graph: the floor
     /// under any graph-replay figure on this device. `None`: no graphs here.
     fn launch_floor(&self) -> Option<Result<f64, CliError>> {

@@ -103,6 +103,11 @@ pub struct BenchArgs {
     /// Untimed calls before timing, besides the check's call and one sizing call [default: enough for about 20 ms]
     #[arg(long, value_name = "N", value_parser = args::count0, allow_negative_numbers = true)]
     warmup: Option<usize>,
+    /// Milliseconds of copies that keep the GPU busy before the copy baseline and the rows
+    /// are timed (a GPU fresh from idle launches kernels slower for a while); 0: none
+    /// [default: 1000; 0 with --quick]
+    #[arg(long, value_name = "MS", value_parser = args::count0, allow_negative_numbers = true)]
+    gpu_warmup_ms: Option<usize>,
     /// Also write the results as JSON to PATH ('-' for stdout; the table then goes to stderr)
     #[arg(long, value_name = "PATH")]
     json: Option<String>,
@@ -250,8 +255,13 @@ struct Report {
     device_description: String,
     clock: String,
     copy: CopyBaseline,
+    /// Milliseconds of copies run before anything was timed (GPU only).
+    gpu_warmup_ms: usize,
     /// µs per launch of a near-empty kernel replayed from a CUDA graph (GPU only).
     launch_floor_us: Option<f64>,
+    /// The same, measured again after the rows: a change means the device's state moved
+    /// during the run.
+    launch_floor_end_us: Option<f64>,
     eps: f32,
     weight_bias: f32,
     global_scale: f32,
@@ -467,6 +477,11 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
     } else {
         512
     }) << 20;
+    let gpu_warmup_ms = a.gpu_warmup_ms.unwrap_or(if a.quick { 0 } else { 1000 });
+    if gpu && gpu_warmup_ms > 0 {
+        eprintln!("keeping the GPU busy for {gpu_warmup_ms} ms before timing...");
+        backend.keep_busy(gpu_warmup_ms as f64 * 1e-3)?;
+    }
     eprintln!("measuring the copy baseline ({} MiB)...", copy_bytes >> 20);
     let copy = backend.copy_baseline(copy_bytes, if a.quick { 5 } else { 10 })?;
 
@@ -600,6 +615,21 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
     let all_ok = rows.iter().all(|r| r.check != "MISMATCH");
 
     print_table(&mut out, &rows, do_check)?;
+    // The floor again after the rows: small calls' times sit on it, so a floor that moved
+    // (clocks, other work on the device) makes them incomparable across the run.
+    let launch_floor_end_us = match (launch_floor_us, backend.launch_floor()) {
+        (Some(_), Some(t)) => Some(t? * 1e6),
+        _ => None,
+    };
+    if let (Some(first), Some(last)) = (launch_floor_us, launch_floor_end_us) {
+        writeln!(out, "launch floor after the rows: {last:.2} µs")?;
+        if (last - first).abs() > 0.05 * first {
+            writeln!(
+                out,
+                "WARNING: the launch floor moved from {first:.2} to {last:.2} µs during the run (the GPU's clocks or other work on it); small calls' times are not comparable across it"
+            )?;
+        }
+    }
     if a.pdl && !gpu {
         // `auto` without CUDA (a CPU device is a usage error).
         writeln!(out)?;
@@ -718,7 +748,9 @@ pub fn run(a: BenchArgs) -> Result<bool, CliError> {
             device_description: backend.describe(),
             clock: backend.clock().into(),
             copy,
+            gpu_warmup_ms: if gpu { gpu_warmup_ms } else { 0 },
             launch_floor_us,
+            launch_floor_end_us,
             eps: a.eps,
             weight_bias: a.weight_bias,
             global_scale: a.global_scale,

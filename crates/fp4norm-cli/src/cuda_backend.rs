@@ -293,6 +293,25 @@ impl Backend for CudaBackend {
         })())
     }
 
+    fn keep_busy(&self, seconds: f64) -> Result<(), CliError> {
+        // Copies of 256 MiB (a tenth of a millisecond or more each), in batches of 16
+        // between host checks of the time, so that the queue never runs dry.
+        const BYTES: usize = 256 << 20;
+        let s = &self.stream;
+        let src: CudaSlice<u8> = s.alloc_zeros(BYTES).map_err(cuda_err("allocating"))?;
+        let dst: CudaSlice<u8> = s.alloc_zeros(BYTES).map_err(cuda_err("allocating"))?;
+        let (sp, dp) = (src.device_ptr(s).0, dst.device_ptr(s).0);
+        let start = std::time::Instant::now();
+        while start.elapsed().as_secs_f64() < seconds {
+            for _ in 0..16 {
+                unsafe { self.gpu.copy_raw(s.cu_stream(), sp, dp, BYTES) }
+                    .map_err(|e| CliError(e.to_string()))?;
+            }
+            s.synchronize().map_err(cuda_err("waiting for the GPU"))?;
+        }
+        Ok(())
+    }
+
     fn copy_baseline(&self, bytes: usize, reps: usize) -> Result<CopyBaseline, CliError> {
         let bytes = bytes / 16 * 16;
         let s = &self.stream;
