@@ -28,8 +28,8 @@ timed by CUDA-graph replay on calls of fresh random data, and its bytes are comp
 built-in shape's: a shape never changes what a call writes. A format's shapes serve every call \
 of its class: the FP4 op (nvfp4, measured row-major, also serves mxfp4), FP8 per tensor, FP8 \
 per token, FP8 per group of each size (fp8-group128 also serves fp8-g128-ue8m0-column-major). \
-The table is written to the cache directory (FP4NORM_CACHE_DIR, else ~/.cache/fp4norm) under \
-tuned/, keeping the rows it does not measure again (a saved table that does not parse stops the \
+The table is written to the cache directory (FP4NORM_CACHE_DIR, else ~/.cache/fp4norm; with it \
+off only --dry-run runs) under tuned/, keeping the rows it does not measure again (a saved table that does not parse stops the \
 run before it measures: move it away to start afresh); a bucket's row is the built-in shape where \
 no candidate beats it. A `Gpu` opened afterwards on the same device, fp4norm version and kernel \
 source uses it (FP4NORM_TUNED=off ignores it). Printed: per bucket, the built-in shape's time and \
@@ -204,6 +204,14 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
         dtypes,
         buckets.len()
     );
+    // With the disk cache off there is nowhere to write: stop before measuring.
+    if !args.dry_run && internal::tuned_table_path(gpu).is_none() {
+        return Err(CliError(
+            "the disk cache is off (FP4NORM_CACHE_DIR=off): `fp4norm tune` has nowhere to write \
+             its table; set FP4NORM_CACHE_DIR to a folder, or measure only with --dry-run"
+                .into(),
+        ));
+    }
     // Held until the table is written (or the run stops).
     let _lock = internal::lock_tuned_table(gpu)?;
     // A saved table this run would merge into must parse: the run stops before measuring

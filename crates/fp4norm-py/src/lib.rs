@@ -61,6 +61,7 @@ impl From<Error> for Fail {
             | Error::NcclUnavailable(_)
             | Error::Compile { .. }
             | Error::TunedTable { .. }
+            | Error::TunedTableWrite { .. }
             | Error::TuneBusy { .. }
             | Error::Cuda { .. } => Fail::Runtime(e.to_string()),
             _ => Fail::Value(e.to_string()),

@@ -170,6 +170,11 @@ pub enum Error {
     )]
     TunedTable { path: String, message: String },
 
+    /// `fp4norm tune` cannot lock or write its table: the disk cache is off, or the file
+    /// system refused.
+    #[error("cannot write the tuned launch table: {message} (FP4NORM_CACHE_DIR names the folder)")]
+    TunedTableWrite { message: String },
+
     /// Another `fp4norm tune` is measuring the same device and will write its table.
     #[error(
         "another `fp4norm tune` holds {lock}: it is measuring this device and will write its table; run again when it has ended"

@@ -356,8 +356,7 @@ pub struct TuneLock {
 #[cfg(fp4norm_file_lock)]
 #[clippy::msrv = "1.89"]
 fn lock_file(path: &std::path::Path) -> Result<TuneLock, Error> {
-    let io = |e: std::io::Error| Error::Cuda {
-        context: "locking the tuned launch table",
+    let io = |e: std::io::Error| Error::TunedTableWrite {
         message: format!("{}: {e}", path.display()),
     };
     if let Some(dir) = path.parent() {
@@ -411,14 +410,12 @@ pub fn saved(gpu: &Gpu) -> Result<Option<TunedTable>, Error> {
 /// Writes `table` as `gpu`'s tuned table (through a temporary file and a rename) and
 /// returns its path; a `Gpu` opened afterwards uses it.
 pub fn save(gpu: &Gpu, table: &TunedTable) -> Result<PathBuf, Error> {
-    let io = |e: std::io::Error| Error::Cuda {
-        context: "writing the tuned launch table",
-        message: e.to_string(),
-    };
-    let path = table_path(gpu).ok_or_else(|| Error::Cuda {
-        context: "writing the tuned launch table",
+    let path = table_path(gpu).ok_or_else(|| Error::TunedTableWrite {
         message: "the disk cache is off (FP4NORM_CACHE_DIR=off)".into(),
     })?;
+    let io = |e: std::io::Error| Error::TunedTableWrite {
+        message: format!("{}: {e}", path.display()),
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
     }
@@ -448,6 +445,23 @@ mod tests {
         let again = lock_file(&path).expect("a dropped lock is free again");
         drop(again);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(fp4norm_file_lock)]
+    #[test]
+    fn a_lock_that_cannot_be_made_says_where() {
+        // The folder the lock goes in is a file: the error names the path, not CUDA.
+        let blocker =
+            std::env::temp_dir().join(format!("fp4norm-lock-file-{}", std::process::id()));
+        std::fs::write(&blocker, b"").unwrap();
+        let path = blocker.join("tuned").join("0123.lock");
+        match lock_file(&path) {
+            Err(e @ Error::TunedTableWrite { .. }) => {
+                assert!(e.to_string().contains(&path.display().to_string()), "{e}")
+            }
+            other => panic!("expected TunedTableWrite, got {other:?}"),
+        }
+        std::fs::remove_file(&blocker).unwrap();
     }
 
     #[test]
