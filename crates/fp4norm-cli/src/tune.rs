@@ -24,8 +24,9 @@ and write the fastest of each bucket to the table fp4norm then uses on this devi
 For each format, row length H and dtype, and each bucket of row counts (1 row; up to 1/8, 1/2 \
 and all of the SMs; 16, 32, 64 rows per SM and beyond), every generic candidate shape (1 to 8 \
 CTAs per row, 1 to 16 vectors of 8 elements per thread; no built-in table goes into them) is \
-timed by CUDA-graph replay on calls of fresh random data, and its bytes are compared with the \
-built-in shape's: a shape never changes what a call writes. A format's shapes serve every call \
+timed by CUDA-graph replay on calls of fresh random data (after a second of copies that wake the \
+GPU; the built-in shape is timed before and after the candidates and keeps its faster time), and \
+its bytes are compared with the built-in shape's: a shape never changes what a call writes. A format's shapes serve every call \
 of its class: the FP4 op (nvfp4, measured row-major, also serves mxfp4), FP8 per tensor, FP8 \
 per token, FP8 per group of each size (fp8-group128 also serves fp8-g128-ue8m0-column-major). \
 The table is written to the cache directory (FP4NORM_CACHE_DIR, else ~/.cache/fp4norm; with it \
@@ -219,6 +220,8 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
     if !args.dry_run {
         internal::saved_tuned_table(gpu)?;
     }
+    // A GPU fresh from idle launches slower for a while: busy it before the first bucket.
+    crate::backend::Backend::keep_busy(&be, 1.0)?;
     let started = std::time::Instant::now();
     let mut results: Vec<BucketResult> = Vec::new();
     let mut unmeasured: Vec<(DType, usize, usize)> = Vec::new();
