@@ -298,17 +298,24 @@ impl Backend for CudaBackend {
     }
 
     fn keep_busy(&self, seconds: f64) -> Result<(), CliError> {
-        // Copies of 256 MiB (a tenth of a millisecond or more each), in batches of 16
-        // between host checks of the time, so that the queue never runs dry.
-        const BYTES: usize = 256 << 20;
+        // Copies of up to 256 MiB (less where memory is short), in batches of 16 between
+        // host checks of the time: the queue empties only for that check.
         let s = &self.stream;
-        let src: CudaSlice<u8> = s.alloc_zeros(BYTES).map_err(cuda_err("allocating"))?;
-        let dst: CudaSlice<u8> = s.alloc_zeros(BYTES).map_err(cuda_err("allocating"))?;
+        let mut buffers = None;
+        for mib in [256usize, 64, 16] {
+            let bytes = mib << 20;
+            if let (Ok(src), Ok(dst)) = (s.alloc_zeros::<u8>(bytes), s.alloc_zeros::<u8>(bytes)) {
+                buffers = Some((src, dst, bytes));
+                break;
+            }
+        }
+        let (src, dst, bytes) =
+            buffers.ok_or_else(|| CliError("no device memory to keep the GPU busy with".into()))?;
         let (sp, dp) = (src.device_ptr(s).0, dst.device_ptr(s).0);
         let start = std::time::Instant::now();
         while start.elapsed().as_secs_f64() < seconds {
             for _ in 0..16 {
-                unsafe { self.gpu.copy_raw(s.cu_stream(), sp, dp, BYTES) }
+                unsafe { self.gpu.copy_raw(s.cu_stream(), sp, dp, bytes) }
                     .map_err(|e| CliError(e.to_string()))?;
             }
             s.synchronize().map_err(cuda_err("waiting for the GPU"))?;

@@ -205,16 +205,24 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
         dtypes,
         buckets.len()
     );
-    // With the disk cache off there is nowhere to write: stop before measuring.
+    // With no disk cache there is nowhere to write: stop before measuring.
     if !args.dry_run && internal::tuned_table_path(gpu).is_none() {
         return Err(CliError(
-            "the disk cache is off (FP4NORM_CACHE_DIR=off): `fp4norm tune` has nowhere to write \
-             its table; set FP4NORM_CACHE_DIR to a folder, or measure only with --dry-run"
+            "the disk cache is off or has no folder (FP4NORM_CACHE_DIR=off, or neither it, \
+             XDG_CACHE_HOME nor HOME set): `fp4norm tune` has nowhere to write its table; set \
+             FP4NORM_CACHE_DIR to a folder, or measure only with --dry-run"
                 .into(),
         ));
     }
-    // Held until the table is written (or the run stops).
-    let _lock = internal::lock_tuned_table(gpu)?;
+    // Held until the table is written (or the run stops). A dry run writes nothing, so a
+    // lock it cannot create is only a warning; another run's lock stops it all the same.
+    let _lock = match internal::lock_tuned_table(gpu) {
+        Err(e @ fp4norm::Error::TunedTableWrite { .. }) if args.dry_run => {
+            eprintln!("warning: {e}; measuring without the lock (--dry-run)");
+            None
+        }
+        other => other?,
+    };
     // A saved table this run would merge into must parse: the run stops before measuring
     // rather than overwrite rows it cannot read (and reads it again to merge at the end).
     if !args.dry_run {

@@ -175,9 +175,9 @@ pub enum Error {
     #[error("cannot write the tuned launch table: {message} (FP4NORM_CACHE_DIR names the folder)")]
     TunedTableWrite { message: String },
 
-    /// Another `fp4norm tune` is measuring the same device and will write its table.
+    /// Another `fp4norm tune` is measuring a card of this model and will write the same table.
     #[error(
-        "another `fp4norm tune` holds {lock}: it is measuring this device and will write its table; run again when it has ended"
+        "another `fp4norm tune` holds {lock}: it is measuring a card of this model and will write the same table; run again when it has ended"
     )]
     TuneBusy { lock: String },
 

@@ -12,8 +12,8 @@
 //! `class dtype h m_from m_to threads_per_row rows_per_cta ctas_per_row`, the class one of
 //! [`ShapeClass`]'s names (a line without one is the FP4 op's).
 //!
-//! One `fp4norm tune` runs per device at a time ([`lock`]): two would time each other's
-//! kernels and each merge its rows into the table the other is about to replace.
+//! One `fp4norm tune` runs per table at a time ([`lock`]): two would each merge their rows
+//! into the file the other is about to replace (and, on one card, time each other's kernels).
 
 use std::path::PathBuf;
 
@@ -331,10 +331,10 @@ pub fn table_path(gpu: &Gpu) -> Option<PathBuf> {
 }
 
 /// Held while `fp4norm tune` measures and writes `gpu`'s table: the lock file beside it
-/// (`None` with the disk cache off, where nothing is written). The lock goes with the value
-/// or the process; a second run finds it held and stops with [`Error::TuneBusy`] rather than
-/// wait, since it would measure a device another run is loading. (Built by a Rust older than
-/// 1.89 there is no lock: always `None`.)
+/// (`None` with the disk cache off, where nothing is written). A table serves every card of
+/// its model, so the lock is per table, not per card. The lock goes with the value or the
+/// process; a second run finds it held and stops with [`Error::TuneBusy`] rather than wait.
+/// (Built by a Rust older than 1.89 there is no lock: always `None`.)
 pub fn lock(gpu: &Gpu) -> Result<Option<TuneLock>, Error> {
     #[cfg(fp4norm_file_lock)]
     return table_path(gpu)
@@ -411,7 +411,7 @@ pub fn saved(gpu: &Gpu) -> Result<Option<TunedTable>, Error> {
 /// returns its path; a `Gpu` opened afterwards uses it.
 pub fn save(gpu: &Gpu, table: &TunedTable) -> Result<PathBuf, Error> {
     let path = table_path(gpu).ok_or_else(|| Error::TunedTableWrite {
-        message: "the disk cache is off (FP4NORM_CACHE_DIR=off)".into(),
+        message: "the disk cache is off or has no folder".into(),
     })?;
     let io = |e: std::io::Error| Error::TunedTableWrite {
         message: format!("{}: {e}", path.display()),
