@@ -202,6 +202,22 @@ if has cli; then
   cli error verify-device-9 env FP4NORM_DEVICE=9 "$bin/fp4norm" verify --device cuda --group fp8-random
   cli error tune-device-9 "$bin/fp4norm" tune --device 9 --h 4096 --dry-run
   cli error bench-h-odd "$bin/fp4norm" bench --device cuda --m 1 --h 4097
+  # No disk cache: tune stops before it measures (the message says so).
+  cli error tune-no-cache env FP4NORM_CACHE_DIR=off "$bin/fp4norm" tune --h 4096 --dtype bf16 --format nvfp4
+  grep -q "nowhere to write" "$out/cli-tune-no-cache.log" || { cli_bad=$((cli_bad + 1)); echo "cli tune-no-cache: UNEXPECTED message"; }
+  # Two tunes of one table at once: exactly one stops, naming the lock; the other runs.
+  tdir=$(mktemp -d)
+  FP4NORM_CACHE_DIR=$tdir "$bin/fp4norm" tune --h 4096 --dtype bf16 --format nvfp4 --dry-run > "$out/cli-tune-a.log" 2>&1 &
+  sleep 4
+  FP4NORM_CACHE_DIR=$tdir "$bin/fp4norm" tune --h 4096 --dtype bf16 --format nvfp4 --dry-run > "$out/cli-tune-b.log" 2>&1; rc_b=$?
+  wait $!; rc_a=$?
+  busy=$(grep -l "holds .*\.lock" "$out/cli-tune-a.log" "$out/cli-tune-b.log" | wc -l)
+  if [ $(( rc_a + rc_b )) = 1 ] && [ "$busy" = 1 ]; then
+    cli_ok=$((cli_ok + 1)); echo "cli two tunes at once: one ran, one stopped naming the lock (status $rc_a, $rc_b)"
+  else
+    cli_bad=$((cli_bad + 1)); echo "cli two tunes at once: UNEXPECTED (status $rc_a, $rc_b; $busy named the lock)"
+  fi
+  rm -rf "$tdir"
   summary+=("cli: $cli_ok as expected, $cli_bad not ($(( $(date +%s) - start ))s)")
 fi
 
