@@ -178,6 +178,7 @@ pub fn run(_args: TuneArgs) -> Result<bool, CliError> {
 
 #[cfg(feature = "cuda")]
 pub fn run(args: TuneArgs) -> Result<bool, CliError> {
+    use crate::backend::Backend as _;
     use crate::cuda_backend::CudaBackend;
     use fp4norm::cuda::{internal, TunedRow, TunedTable};
 
@@ -229,7 +230,7 @@ pub fn run(args: TuneArgs) -> Result<bool, CliError> {
         internal::saved_tuned_table(gpu)?;
     }
     // A GPU fresh from idle launches slower for a while: busy it before the first bucket.
-    crate::backend::Backend::keep_busy(&be, 1.0)?;
+    be.keep_busy(1.0)?;
     let started = std::time::Instant::now();
     let mut results: Vec<BucketResult> = Vec::new();
     let mut unmeasured: Vec<(DType, usize, usize)> = Vec::new();
