@@ -312,7 +312,7 @@ if [[ " $modes " == *" ab "* ]]; then
         env $settings "$bin/fp4norm" bench --device cuda $set --copy-mib 1024 2>&1 \
           | grep -E "^ +[0-9]+ +[0-9]+ |copy baseline|FAIL|mismatch|error" | sed "s/^/AB $name $round | /" >> "$out/ab.log"
       done <<< "$sets"
-      echo "round $round: $name done ($(grep -c "AB $name $round | .* ok *$" "$out/ab.log") rows ok)"
+      echo "round $round: $name done ($(grep -c "AB $name $round | .* ok *$" "$out/ab.log") rows ok, $(grep -c "AB $name $round | .* - *$" "$out/ab.log") unchecked)"
     done
   done
   python3 - "$out/ab.log" <<'PY' | tee "$out/ab-summary.txt"
@@ -343,7 +343,8 @@ for key in order:
             cells.append(f"{'-':>24}")
             continue
         t = statistics.median(x for x, _, _ in v)
-        ok = all(c == "ok" for _, _, c in v)
+        # BAD: a checked row that did not match; "-" is a row timed with --no-check.
+        ok = all(c in ("ok", "-") for _, _, c in v)
         r = f" {t / b:.3f}" if b else ""
         cells.append(f"{t:9.2f} {v[-1][1]:>6}{r:>6}{'' if ok else ' BAD':>3}")
     print(f"{key:34}" + "".join(cells))
