@@ -56,7 +56,7 @@ every output of one call (codes, scales including layout padding, updated residu
 compared byte for byte with fp4norm::reference on the same inputs, every row of every shape \
 (large shapes in parts of whole 128-row tiles, the reference running on all cores). Any \
 MISMATCH makes the exit status 1.\n\n\
-The default table (6 M x 6 H x nvfp4, mxfp4) takes about a minute on 2 cores; --quick runs \
+The default table (6 M x 6 H x nvfp4, mxfp4; 7 H on a GPU) takes about a minute on 2 cores; --quick runs \
 a few small shapes for CI. The table goes to stdout, progress (one line per shape) to stderr."
 )]
 pub struct BenchArgs {
@@ -64,7 +64,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "M,..", value_delimiter = ',', num_args = 1..,
           value_parser = args::rows, allow_negative_numbers = true)]
     m: Vec<usize>,
-    /// Hidden sizes H, comma-separated; each a multiple of every format's block or group size [default: 2048,4096,5120,7168,8192,16384]
+    /// Hidden sizes H, comma-separated; each a multiple of every format's block or group size [default: 2048,4096,5120,7168,8192,16384, and 32768 on a GPU]
     #[arg(long, value_name = "H,..", value_delimiter = ',', num_args = 1..,
           value_parser = args::hidden, allow_negative_numbers = true)]
     h: Vec<usize>,
