@@ -404,11 +404,13 @@ impl Fp8ScaleGeom {
         let n = h / group.size(h).max(1);
         let rows = match layout {
             Fp8ScaleLayout::RowMajor => m,
-            Fp8ScaleLayout::ColumnMajor => m.div_ceil(4) * 4,
+            Fp8ScaleLayout::ColumnMajor | Fp8ScaleLayout::ColumnMajorPacked => m.div_ceil(4) * 4,
             Fp8ScaleLayout::Swizzled => m.div_ceil(SWIZZLE_ROWS) * SWIZZLE_ROWS,
         };
         let len = match layout {
             Fp8ScaleLayout::Swizzled => fp4norm::layout::swizzled_len(m, n).unwrap_or(0),
+            // Words of four codes: groups 4j .. 4j + 3 of a row in word j · Mp4 + row.
+            Fp8ScaleLayout::ColumnMajorPacked => rows * 4 * n.div_ceil(4),
             _ => rows * n,
         };
         let bytes = match format {
@@ -431,6 +433,11 @@ impl Fp8ScaleGeom {
             Fp8ScaleLayout::RowMajor => (i / n, i % n),
             Fp8ScaleLayout::ColumnMajor => (i % self.rows.max(1), i / self.rows.max(1)),
             Fp8ScaleLayout::Swizzled => swizzled_inverse(i, self.n),
+            Fp8ScaleLayout::ColumnMajorPacked => {
+                let (word, byte) = (i / 4, i % 4);
+                let rows = self.rows.max(1);
+                (word % rows, 4 * (word / rows) + byte)
+            }
         };
         (row, g, row >= m || g >= self.n)
     }
@@ -658,6 +665,18 @@ impl Outputs {
                     Ok(v)
                 }
                 Fp8ScaleLayout::Swizzled => tiles(s, n, b),
+                // The same by columns of words (four codes each).
+                Fp8ScaleLayout::ColumnMajorPacked => {
+                    let part_rows = len.div_ceil(4) * 4;
+                    let words = n.div_ceil(4);
+                    let mut v =
+                        try_with_capacity(words * part_rows * 4, "a part of the FP8 scales")?;
+                    for j in 0..words {
+                        let at = (j * g.rows + start) * 4;
+                        v.extend_from_slice(&s[at..at + part_rows * 4]);
+                    }
+                    Ok(v)
+                }
             }
         };
         let span = start * case.stride..(start + len) * case.stride;
@@ -971,6 +990,8 @@ mod tests {
                 ColumnMajor,
             ),
             Fp8Options::mxfp8(),
+            d(Fp8Group::G32, Fp8ScaleFormat::UE8M0, ColumnMajorPacked),
+            d(Fp8Group::G128, Fp8ScaleFormat::UE8M0, ColumnMajorPacked),
         ]
     }
 

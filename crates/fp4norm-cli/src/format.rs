@@ -1,11 +1,12 @@
 //! The formats `--format` names: the FP4 op's (SPEC.md §1: `nvfp4`, `mxfp4`, block/scale
 //! pairings) and the FP8 family's (SPEC.md §8: a per-tensor static scale, or dynamic
-//! scales per token or per group, f32 or UE8M0, in a row-major, column-major or swizzled
-//! layout; E4M3 or E5M2 elements).
+//! scales per token or per group, f32 or UE8M0, in a row-major, column-major, swizzled or
+//! packed column-major layout; E4M3 or E5M2 elements).
 //!
 //! FP8 names: the presets engines use, `fp8-tensor`, `fp8-token`, `fp8-group128` (and
 //! `fp8-group32`, `fp8-group64`), `mxfp8`, or any combination spelled out as
-//! `fp8-<token|g32|g64|g128>-<f32|ue8m0>-<row-major|column-major|swizzled>`. Elements are
+//! `fp8-<token|g32|g64|g128>-<f32|ue8m0>-<row-major|column-major|swizzled|column-major-packed>`
+//! (packed: DeepGEMM's UE8M0 words, `fp8-g128-ue8m0-column-major-packed`). Elements are
 //! E4M3 unless the name ends in `-e5m2` (`-e4m3` may be written too). Every name printed
 //! (tables, JSON, messages) is the canonical one, which `--format` reads back.
 
@@ -14,8 +15,8 @@ use fp4norm::Fp4Format;
 
 /// The valid FP8 spellings, for messages.
 pub const FP8_NAMES: &str = "fp8-tensor, fp8-token, fp8-group32, fp8-group64, fp8-group128, \
-mxfp8, or fp8-<token|g32|g64|g128>-<f32|ue8m0>-<row-major|column-major|swizzled>; \
-append -e5m2 for E5M2 elements (E4M3 otherwise)";
+mxfp8, or fp8-<token|g32|g64|g128>-<f32|ue8m0>-<row-major|column-major|swizzled|\
+column-major-packed>; append -e5m2 for E5M2 elements (E4M3 otherwise)";
 
 /// How an FP8 format's scales are found and stored, without their values (the per-tensor
 /// scale and the f32 floor are options of their own).
@@ -201,13 +202,24 @@ impl std::str::FromStr for Fp8Format {
                     "row-major" => Fp8ScaleLayout::RowMajor,
                     "column-major" => Fp8ScaleLayout::ColumnMajor,
                     "swizzled" => Fp8ScaleLayout::Swizzled,
+                    "column-major-packed" => Fp8ScaleLayout::ColumnMajorPacked,
                     _ => {
                         return Err(format!(
                             "FP8 format {s:?}: unknown scale layout {layout:?}: use row-major, \
-                             column-major or swizzled"
+                             column-major, swizzled or column-major-packed"
                         ))
                     }
                 };
+                // Packed words hold four UE8M0 codes of a row's groups (DeepGEMM's layout).
+                if layout == Fp8ScaleLayout::ColumnMajorPacked
+                    && (!ue8m0 || group == Fp8Group::PerToken)
+                {
+                    return Err(format!(
+                        "FP8 format {s:?}: the packed column-major layout (DeepGEMM's packed \
+                         UE8M0) needs ue8m0 scales in groups of 32, 64 or 128: use ue8m0 with \
+                         g32, g64 or g128, or the row-major or column-major layout"
+                    ));
+                }
                 // The swizzled 128x4 layout holds one byte per group of 32 (MXFP8); per token
                 // it fits only rows of 32, which `--h` settles.
                 if layout == Fp8ScaleLayout::Swizzled
@@ -301,7 +313,7 @@ mod tests {
     #[test]
     fn every_fp8_name_reads_back_as_its_format() {
         let all = all_fp8();
-        assert_eq!(all.len(), 2 * (1 + 4 * 2 * 2 + 2));
+        assert_eq!(all.len(), 2 * (1 + 4 * 2 * 2 + 2 + 3));
         for f in all {
             let name = f.to_string();
             assert_eq!(parse_format(&name), Ok(Format::Fp8(f)), "{name}");
@@ -317,6 +329,10 @@ mod tests {
             ("fp8-group32-e5m2", "FP8-G32-F32-COLUMN-MAJOR-E5M2"),
             ("mxfp8", "fp8-g32-ue8m0-swizzled"),
             ("mxfp8-e5m2", "fp8-g32-ue8m0-swizzled-e5m2"),
+            (
+                "fp8-g128-ue8m0-column-major-packed",
+                "FP8-G128-UE8M0-COLUMN-MAJOR-PACKED-E4M3",
+            ),
         ] {
             assert_eq!(parse_format(preset), parse_format(spelled), "{spelled}");
             assert_eq!(parse_format(spelled).unwrap().to_string(), preset);
@@ -340,6 +356,14 @@ mod tests {
             (
                 "fp8-g128-ue8m0-swizzled",
                 "needs ue8m0 scales in groups of 32",
+            ),
+            (
+                "fp8-g128-f32-column-major-packed",
+                "needs ue8m0 scales in groups of 32, 64 or 128",
+            ),
+            (
+                "fp8-token-ue8m0-column-major-packed",
+                "needs ue8m0 scales in groups of 32, 64 or 128",
             ),
             ("fp8-g48-f32-row-major", "unknown group"),
             ("fp8-token-e8m0-row-major", "unknown scale format"),

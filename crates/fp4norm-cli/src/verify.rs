@@ -194,14 +194,14 @@ const GROUPS: &[Group] = &[
     },
     Group {
         name: "fp8-scalings",
-        about: "FP8: 2 elements x 26 scalings (tensor; token/32/64/128 x f32/floored/ue8m0 x row/col; mxfp8) x 2 dtypes x residual x y_out",
+        about: "FP8: 2 elements x 29 scalings (tensor; token/32/64/128 x f32/floored/ue8m0 x row/col; mxfp8; 32/64/128 ue8m0 packed) x 2 dtypes x residual x y_out",
         expect_error: false,
         sized_by_cases: false,
         make: fp8::scalings,
     },
     Group {
         name: "fp8-odd-m",
-        about: "FP8: M = 0 .. 300, row-major, column-major (padded to 4 rows) and swizzled (128) scales",
+        about: "FP8: M = 0 .. 300, row-major, column-major and packed (padded to 4 rows) and swizzled (128) scales",
         expect_error: false,
         sized_by_cases: false,
         make: fp8::odd_m,

@@ -261,7 +261,7 @@ fn bad_fp8_arguments_are_usage_errors_with_clear_messages() {
 #[test]
 fn verify_runs_the_fp8_groups_on_the_cpu() {
     for (group, cases) in [
-        ("fp8-ties", "28"),
+        ("fp8-ties", "32"),
         ("fp8-static-scale", "64"),
         ("fp8-bad-input", "42"),
         ("fp8-random", "12"),

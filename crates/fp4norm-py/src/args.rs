@@ -104,15 +104,16 @@ pub(crate) fn scale_format(name: &str, s_min: f64) -> Result<Fp8ScaleFormat, Fai
     }
 }
 
-/// `"row-major"`, `"column-major"` or `"swizzled"`.
+/// `"row-major"`, `"column-major"`, `"swizzled"` or `"column-major-packed"`.
 pub(crate) fn layout(name: &str) -> Result<Fp8ScaleLayout, Fail> {
     match normalise(name).as_str() {
         "row-major" | "row" => Ok(Fp8ScaleLayout::RowMajor),
         "column-major" | "col-major" | "column" => Ok(Fp8ScaleLayout::ColumnMajor),
         "swizzled" => Ok(Fp8ScaleLayout::Swizzled),
+        "column-major-packed" | "packed" => Ok(Fp8ScaleLayout::ColumnMajorPacked),
         _ => Err(Fail::Value(format!(
-            "scale_layout = {name:?} is not supported: use \"row-major\", \"column-major\" or \
-             \"swizzled\""
+            "scale_layout = {name:?} is not supported: use \"row-major\", \"column-major\", \
+             \"swizzled\" or \"column-major-packed\""
         ))),
     }
 }

@@ -1865,6 +1865,12 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
                             let what = "the column-major layout [H/G, 4*ceil(M/4)]";
                             need_shape(&meta, &want, false, what)?
                         }
+                        Some(Fp8ScaleLayout::ColumnMajorPacked) => {
+                            let want = [n.div_ceil(4) as i64, 4 * p.scale_rows() as i64];
+                            let what =
+                                "the packed column-major layout [ceil(H/G/4), 4*4*ceil(M/4)] bytes";
+                            need_shape(&meta, &want, false, what)?
+                        }
                         _ => {}
                     }
                     Some(meta.flat()?)
@@ -1878,6 +1884,10 @@ fn fused_fp8(t: &Fp8Tensors, a: &Fp8Args) -> Result<Option<[Tensor; 2]>, Fail> {
             let n = p.n_groups() as i64;
             let shape = match p.layout() {
                 Some(Fp8ScaleLayout::ColumnMajor) => vec![n, p.scale_rows() as i64],
+                // Words of four codes, as bytes: `.view(torch.int32)` is DeepGEMM's tensor.
+                Some(Fp8ScaleLayout::ColumnMajorPacked) => {
+                    vec![(n + 3) / 4, 4 * p.scale_rows() as i64]
+                }
                 Some(Fp8ScaleLayout::Swizzled) => vec![p.scales_len() as i64],
                 _ => {
                     let mut v = x.shape()[..x.dim - 1].to_vec();

@@ -208,6 +208,10 @@ pub enum Error {
     #[error("the swizzled 128x4 scale layout is MXFP8's and needs UE8M0 scales in groups of 32 (got {format} scales in groups of {group}): use UE8M0 with G = 32, or the row-major or column-major layout")]
     SwizzledNeedsMxfp8 { format: &'static str, group: usize },
 
+    /// FP8 ops: the packed column-major scale layout without UE8M0 scales in groups.
+    #[error("the packed column-major scale layout (DeepGEMM's packed UE8M0) needs UE8M0 scales in groups of 32, 64 or 128 (got {format} scales in groups of {group}): use UE8M0 with G = 32, 64 or 128, or the row-major or column-major layout")]
+    PackedNeedsUe8m0Groups { format: &'static str, group: String },
+
     /// FP8 ops: the f32 scale floor `s_min` negative, NaN or infinite.
     #[error("s_min = {0} is invalid: the scale floor must be finite and ≥ 0 (0 means no floor; vLLM's per-token quant uses 1/(448·512))")]
     InvalidScaleFloor(f32),

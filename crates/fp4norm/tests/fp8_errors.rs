@@ -57,6 +57,7 @@ fn spec_scales_len(m: usize, h: usize, opts: &Fp8Options) -> usize {
                 Fp8ScaleLayout::RowMajor => m * n,
                 Fp8ScaleLayout::ColumnMajor => 4 * m.div_ceil(4) * n,
                 Fp8ScaleLayout::Swizzled => 128 * m.div_ceil(128) * 4 * n.div_ceil(4),
+                Fp8ScaleLayout::ColumnMajorPacked => 4 * n.div_ceil(4) * 4 * m.div_ceil(4),
             }
         }
     }
@@ -369,6 +370,49 @@ fn swizzled_needs_ue8m0_in_groups_of_32() {
 }
 
 #[test]
+fn packed_column_major_needs_ue8m0_in_groups() {
+    for (g, format, h, group) in [
+        (Fp8Group::G32, Fp8ScaleFormat::F32_NO_FLOOR, 64, "32"),
+        (
+            Fp8Group::G128,
+            Fp8ScaleFormat::F32 { s_min: 0.0 },
+            128,
+            "128",
+        ),
+        (
+            Fp8Group::PerToken,
+            Fp8ScaleFormat::UE8M0,
+            64,
+            "the row (per token)",
+        ),
+        (
+            Fp8Group::PerToken,
+            Fp8ScaleFormat::F32_NO_FLOOR,
+            32,
+            "the row (per token)",
+        ),
+    ] {
+        let mut s = valid(
+            3,
+            h,
+            per_group(g, format, Fp8ScaleLayout::ColumnMajorPacked),
+        );
+        // A buffer of the packed size (one word column of Mp4 = 4 rows): the layout itself
+        // is refused.
+        s.scales = match format {
+            Fp8ScaleFormat::UE8M0 => ScaleBuf::U8(vec![0xA5; 16]),
+            _ => ScaleBuf::F32(vec![0.0; 16]),
+        };
+        let e = expect_err(
+            &s,
+            "packed",
+            |e| matches!(e, Error::PackedNeedsUe8m0Groups { format: f, group: gg } if *f == format.name() && gg == group),
+        );
+        assert_mentions(&e, &["UE8M0", "32, 64 or 128", "row-major", "column-major"]);
+    }
+}
+
+#[test]
 fn invalid_scale_floor() {
     for s_min in [
         -1e-3f32,
@@ -545,11 +589,12 @@ fn scale_buffer_length() {
         }
     }
     // A buffer sized for another layout is refused: M = 5, H = 128, G = 32 (n = 4):
-    // row-major 20, column-major 32 (Mp4 = 8), swizzled 512.
+    // row-major 20, column-major 32 (Mp4 = 8), swizzled 512, packed 32 (one word column).
     for (layout, wrong) in [
         (Fp8ScaleLayout::ColumnMajor, 20usize),
         (Fp8ScaleLayout::RowMajor, 32),
         (Fp8ScaleLayout::Swizzled, 20),
+        (Fp8ScaleLayout::ColumnMajorPacked, 512),
     ] {
         let mut t = valid(
             5,

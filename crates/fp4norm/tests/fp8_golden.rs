@@ -95,6 +95,7 @@ impl Call<'_> {
                     Fp8ScaleLayout::RowMajor => m * n,
                     Fp8ScaleLayout::ColumnMajor => 4 * m.div_ceil(4) * n,
                     Fp8ScaleLayout::Swizzled => 128 * m.div_ceil(128) * 4 * n.div_ceil(4),
+                    Fp8ScaleLayout::ColumnMajorPacked => 4 * n.div_ceil(4) * 4 * m.div_ceil(4),
                 }
             }
         };
@@ -565,8 +566,11 @@ fn pattern(element: Fp8Element, k: i32) -> (Vec<f32>, Vec<u8>) {
 ///   G = 128 and per token: amax FMAX → s = 1: codes P·2^-j in the j-th 32 elements.
 ///   UE8M0: v = s = 2^-e exactly → code 127 - e, inv 2^e: the same codes.
 /// Odd rows have the sign bit flipped. Layouts: row-major, column-major ([H/G, Mp4 = 8]:
-/// rows 5..7 are padding 0), and for UE8M0 with G = 32 swizzled (MXFP8: nK = 1, Mp = 128,
-/// (row, g) at row·16 + g for row < 32; every other byte 0).
+/// rows 5..7 are padding 0), for UE8M0 with G = 32 swizzled (MXFP8: nK = 1, Mp = 128,
+/// (row, g) at row·16 + g for row < 32; every other byte 0), and for UE8M0 in groups packed
+/// column-major (one column of 8 words, 32 bytes: (row, g) at byte 4·row + g for row < 5;
+/// rows 5..7 and the bytes of groups past H/G 0: G = 32 fills bytes 0..3 of a word with
+/// codes 127, 126, 125, 124; G = 64 bytes 0..1 with 127, 125; G = 128 byte 0 with 127).
 #[test]
 fn groups_layouts_and_mxfp8() {
     let (h, m) = (128, 5);
@@ -626,6 +630,15 @@ fn groups_layouts_and_mxfp8() {
                         }
                     }
                     layouts.push((Fp8ScaleLayout::Swizzled, v));
+                }
+                if format == Fp8ScaleFormat::UE8M0 && group != Fp8Group::PerToken {
+                    let mut v = vec![0u32; 32];
+                    for row in 0..m {
+                        for g in 0..n {
+                            v[4 * row + g] = s(g);
+                        }
+                    }
+                    layouts.push((Fp8ScaleLayout::ColumnMajorPacked, v));
                 }
                 for (layout, scales) in layouts {
                     let call = Call {

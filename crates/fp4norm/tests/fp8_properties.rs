@@ -83,11 +83,11 @@ fn pad() -> impl Strategy<Value = usize> {
 }
 
 /// Scaling modes: per tensor (a value of S_VALUES), or dynamic with any group, f32 (a
-/// floor of S_MIN_VALUES) or UE8M0 scales, and a layout (swizzled where allowed).
+/// floor of S_MIN_VALUES) or UE8M0 scales, and a layout (swizzled or packed where allowed).
 fn scaling() -> impl Strategy<Value = Fp8Scaling> {
     prop_oneof![
         1 => (0..S_VALUES.len()).prop_map(|i| Fp8Scaling::PerTensor(S_VALUES[i])),
-        3 => (0..4usize, any::<bool>(), 0..S_MIN_VALUES.len(), 0..3usize).prop_map(
+        3 => (0..4usize, any::<bool>(), 0..S_MIN_VALUES.len(), 0..4usize).prop_map(
             |(g, ue8m0, s_min, layout)| Fp8Scaling::Dynamic {
                 group: Fp8Group::ALL[g],
                 format: if ue8m0 {
@@ -152,7 +152,8 @@ fn case_strategy(max_m: usize, max_k: usize) -> impl Strategy<Value = Case> {
                         }
                     }
                 };
-                // The swizzled layout needs UE8M0 in groups of 32: elsewhere, column-major.
+                // The swizzled layout needs UE8M0 in groups of 32, the packed one UE8M0 in
+                // groups of 32, 64 or 128: elsewhere, column-major.
                 if let Fp8Scaling::Dynamic {
                     group,
                     format,
@@ -160,8 +161,10 @@ fn case_strategy(max_m: usize, max_k: usize) -> impl Strategy<Value = Case> {
                 } = &mut scaling
                 {
                     let g = group.size(h);
-                    if *layout == Fp8ScaleLayout::Swizzled
-                        && (*format != Fp8ScaleFormat::UE8M0 || g != 32)
+                    let ue8m0 = *format == Fp8ScaleFormat::UE8M0;
+                    if (*layout == Fp8ScaleLayout::Swizzled && (!ue8m0 || g != 32))
+                        || (*layout == Fp8ScaleLayout::ColumnMajorPacked
+                            && (!ue8m0 || *group == Fp8Group::PerToken))
                     {
                         *layout = Fp8ScaleLayout::ColumnMajor;
                     }
@@ -236,6 +239,11 @@ fn scale_at(layout: Fp8ScaleLayout, m: usize, n: usize, row: usize, g: usize) ->
         Fp8ScaleLayout::RowMajor => row * n + g,
         Fp8ScaleLayout::ColumnMajor => g * (4 * m.div_ceil(4)) + row,
         Fp8ScaleLayout::Swizzled => spec_swizzled_offset(row, g, n),
+        // Words of four codes, groups 4j .. 4j + 3 of a row in word j · Mp4 + row, byte g % 4.
+        Fp8ScaleLayout::ColumnMajorPacked => {
+            let word = (g / 4) * (4 * m.div_ceil(4)) + row;
+            word * 4 + g % 4
+        }
     }
 }
 
@@ -244,6 +252,7 @@ fn scales_len(layout: Fp8ScaleLayout, m: usize, n: usize) -> usize {
         Fp8ScaleLayout::RowMajor => m * n,
         Fp8ScaleLayout::ColumnMajor => 4 * m.div_ceil(4) * n,
         Fp8ScaleLayout::Swizzled => spec_swizzled_len(m, n),
+        Fp8ScaleLayout::ColumnMajorPacked => n.div_ceil(4) * (4 * m.div_ceil(4)) * 4,
     }
 }
 

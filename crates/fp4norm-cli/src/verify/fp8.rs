@@ -29,6 +29,7 @@ const UE8M0: Fp8ScaleFormat = Fp8ScaleFormat::UE8M0;
 const ROW: Fp8ScaleLayout = Fp8ScaleLayout::RowMajor;
 const COL: Fp8ScaleLayout = Fp8ScaleLayout::ColumnMajor;
 const SWZ: Fp8ScaleLayout = Fp8ScaleLayout::Swizzled;
+const PACKED: Fp8ScaleLayout = Fp8ScaleLayout::ColumnMajorPacked;
 
 fn dynamic(group: Fp8Group, format: Fp8ScaleFormat, layout: Fp8ScaleLayout) -> Fp8Scaling {
     Fp8Scaling::Dynamic {
@@ -44,7 +45,7 @@ fn mxfp8() -> Fp8Scaling {
 
 /// Every scaling: per tensor; per token and groups of 32, 64 and 128, each with f32 scales
 /// (without and with vLLM's floor) and UE8M0 codes, row- and column-major; MXFP8's
-/// swizzled layout.
+/// swizzled layout; UE8M0 codes of groups packed column-major (DeepGEMM's).
 fn all_scalings() -> Vec<Fp8Scaling> {
     let mut v = vec![Fp8Scaling::PerTensor(0.37)];
     for group in Fp8Group::ALL {
@@ -55,13 +56,17 @@ fn all_scalings() -> Vec<Fp8Scaling> {
         }
     }
     v.push(mxfp8());
+    for group in [Fp8Group::G32, Fp8Group::G64, Fp8Group::G128] {
+        v.push(dynamic(group, UE8M0, PACKED));
+    }
     v
 }
 
 /// One of each kind, for the edge-case groups: per tensor; per token f32 row-major and
 /// UE8M0 column-major; groups of 32 f32 row-major, 64 UE8M0 column-major, 128 f32
-/// column-major with the floor (DeepSeek-style); MXFP8.
-fn some_scalings() -> [Fp8Scaling; 7] {
+/// column-major with the floor (DeepSeek-style); MXFP8; groups of 128 UE8M0 packed
+/// (DeepGEMM's SM100 scales).
+fn some_scalings() -> [Fp8Scaling; 8] {
     [
         Fp8Scaling::PerTensor(0.5),
         dynamic(Fp8Group::PerToken, F32, ROW),
@@ -70,6 +75,7 @@ fn some_scalings() -> [Fp8Scaling; 7] {
         dynamic(Fp8Group::G64, UE8M0, COL),
         dynamic(Fp8Group::G128, F32_FLOOR, COL),
         mxfp8(),
+        dynamic(Fp8Group::G128, UE8M0, PACKED),
     ]
 }
 
@@ -173,15 +179,17 @@ pub(super) fn odd_m(rng: &mut StdRng, _: usize) -> Vec<Case> {
     for m in [
         0, 1, 2, 3, 4, 5, 7, 31, 32, 33, 127, 128, 129, 255, 256, 257, 300,
     ] {
-        for kind in 0..4 {
+        for kind in 0..5 {
             let i = v.len();
             let scaling = match kind {
                 0 => Fp8Scaling::PerTensor(0.25),
                 1 => dynamic(groups[i % 4], formats[i % 3], ROW),
                 2 => dynamic(groups[(i / 4) % 4], formats[(i / 3) % 3], COL),
-                _ => mxfp8(),
+                3 => mxfp8(),
+                _ => dynamic(groups[1 + (i / 5) % 3], UE8M0, PACKED),
             };
-            // 1, 3, 5 and 8 groups per row: partial and whole 4-group swizzle columns.
+            // 1, 3, 5 and 8 groups per row: partial and whole 4-group swizzle columns (and
+            // packed words).
             let n = [1, 3, 5, 8][i % 4];
             let h = n * unit(&scaling);
             let element = Fp8Element::ALL[i % 2];
@@ -537,6 +545,7 @@ pub(super) fn narrow_wide(rng: &mut StdRng, _: usize) -> Vec<Case> {
         dynamic(Fp8Group::G64, UE8M0, ROW),
         dynamic(Fp8Group::G128, F32, ROW),
         mxfp8(),
+        dynamic(Fp8Group::G32, UE8M0, PACKED),
     ];
     let mut v = Vec::new();
     for h in [

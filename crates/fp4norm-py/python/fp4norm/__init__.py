@@ -19,7 +19,8 @@ FlashInfer's ``rmsnorm_quant`` / ``fused_add_rmsnorm_quant`` (a per-tensor stati
 in 1 x 128 blocks, f32 scales column-major, as FlashInfer documents it),
 ``add_rmsnorm_fp8quant`` /
 ``rmsnorm_fp8quant`` with dynamic scales (per token or per group of 32, 64, 128; f32 or
-UE8M0; row-major, column-major or swizzled 128x4), the MXFP8 shorthands
+UE8M0; row-major, column-major, swizzled 128x4, or packed column-major as DeepGEMM reads
+UE8M0 scales), the MXFP8 shorthands
 ``add_rmsnorm_mxfp8quant`` / ``rmsnorm_mxfp8quant``, and ``dequantize_fp8`` (host arrays).
 FP8 codes are ``torch.float8_e4m3fn`` / ``float8_e5m2`` (NumPy: ml_dtypes' float8 types),
 f32 scales ``float32``, UE8M0 scales ``uint8``.
@@ -582,8 +583,11 @@ def add_rmsnorm_fp8quant(
         scales_out: the dynamic scales, allocated if None: float32 for ``"f32"``, uint8
             (or ``float8_e8m0fnu``) UE8M0 codes for ``"ue8m0"``; ``[..., H/G]`` row-major,
             ``[H/G, 4*ceil(M/4)]`` column-major (padding rows zero: the layout Hopper FP8
-            GEMMs read), or flat ``128*ceil(M/128) * 4*ceil((H/32)/4)`` swizzled 128x4
-            (MXFP8's, padding zero). Not with a per-tensor ``scale``.
+            GEMMs read), flat ``128*ceil(M/128) * 4*ceil((H/32)/4)`` swizzled 128x4
+            (MXFP8's, padding zero), or ``[ceil(H/G/4), 4*Mp4]`` bytes packed column-major
+            (``Mp4 = 4*ceil(M/4)``; ``.view(torch.int32)`` is DeepGEMM's packed UE8M0
+            ``[ceil(H/G/4), Mp4]`` words, and ``.view(torch.int32).t()[:M]`` the ``[M,
+            ceil(H/G/4)]`` view its Blackwell GEMMs take). Not with a per-tensor ``scale``.
         eps: RMSNorm epsilon, finite and >= 0.
         scale: a per-tensor static scale instead of dynamic ones (as
             :func:`fused_add_rmsnorm_quant`): a float32 ``(1,)`` array on the input's
@@ -594,8 +598,10 @@ def add_rmsnorm_fp8quant(
             32, 64, 128 (``H`` a multiple of it).
         scale_format: ``"f32"`` (None) or ``"ue8m0"`` (a power of two rounded up from
             ``amax / FMAX``).
-        scale_layout: ``"row-major"`` (None), ``"column-major"`` or ``"swizzled"``
-            (UE8M0 scales in groups of 32 only: MXFP8).
+        scale_layout: ``"row-major"`` (None), ``"column-major"``, ``"swizzled"``
+            (UE8M0 scales in groups of 32 only: MXFP8) or ``"column-major-packed"`` (UE8M0
+            scales in groups of 32, 64 or 128: four codes of a row's groups to a 32-bit
+            word, DeepGEMM's packed scales, padding zero; SPEC.md §8).
         s_min: f32 scales only: the scale floor (``s = max(s, s_min)``), finite and >= 0;
             None or 0 is no floor (vLLM's per-token quant uses ``1 / (448 * 512)``).
         y_out: optional preallocated ``input``-shaped output: the normalised values

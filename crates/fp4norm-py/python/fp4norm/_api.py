@@ -611,7 +611,7 @@ def _output(
     :func:`_empty`), else the caller's, checked (place, dtype, writeable, one flat block) to
     be written in place, and of the documented shape: ``shaped`` "rows" takes ``shape``
     (``x``'s leading dimensions, then one), its rows flattened (``[M, last]``) or one flat
-    buffer; "exact" ``shape`` or one flat buffer; None any shape (the swizzled scales,
+    buffer; "exact" (or "packed") ``shape`` or one flat buffer; None any shape (the swizzled scales,
     FlashInfer's static ``out``). A buffer of the right size but another shape (``[32, 3]``
     for ``[3, 32]``) would be read in another layout than the one written."""
     if obj is None:
@@ -621,7 +621,10 @@ def _output(
     v.same_place(x)
     v.need_dtype(allowed)
     if shaped is not None:
-        what = "the column-major layout [H/G, 4*ceil(M/4)]" if shaped == "exact" else ""
+        what = {
+            "exact": "the column-major layout [H/G, 4*ceil(M/4)]",
+            "packed": "the packed column-major layout [ceil(H/G/4), 4*4*ceil(M/4)] bytes",
+        }.get(shaped, "")
         need_shape(v.shape, name, tuple(shape), shaped == "rows", what)
     v.need_writeable()
     return obj, v.flat()
@@ -1063,6 +1066,9 @@ def fused_fp8(
             rule: Optional[str] = None
         elif lay in ("row-major", "row"):
             shape, rule = x.shape[:-1] + (n_groups,), "rows"
+        elif lay in ("column-major-packed", "packed"):
+            # Words of four codes, as bytes: .view(int32) is DeepGEMM's [ceil(H/G/4), Mp4].
+            shape, rule = ((n_groups + 3) // 4, 4 * scale_rows), "packed"
         else:
             shape, rule = (n_groups, scale_rows), "exact"
         scales_out, scales_buf = _output(

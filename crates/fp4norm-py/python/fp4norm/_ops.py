@@ -599,8 +599,9 @@ def fp8_output_shapes(
     """Shapes of ``(out, scales)`` for ``input [..., H]`` and dynamic scales in groups of
     ``group_size`` (-1: per token): ``out`` is ``input``'s shape; scales are ``[..., H/G]``
     row-major, ``[H/G, Mp4]`` column-major (``Mp4 = 4*ceil(M/4)``) or flat
-    ``Mp*4*ceil((H/32)/4)`` swizzled (``Mp = 128*ceil(M/128)``). Symbolic sizes stay
-    symbolic: only arithmetic, no comparison."""
+    ``Mp*4*ceil((H/32)/4)`` swizzled (``Mp = 128*ceil(M/128)``), or ``[ceil(H/G/4), 4*Mp4]``
+    bytes packed column-major. Symbolic sizes stay symbolic: only arithmetic, no
+    comparison."""
     lead = tuple(input.shape[:-1])
     h = input.shape[-1]
     n = 1 if group_size == -1 else h // group_size
@@ -612,6 +613,8 @@ def fp8_output_shapes(
         m = m * s
     if layout == "swizzled":
         return lead + (h,), (((m + 127) // 128) * 128 * ((n + 3) // 4) * 4,)
+    if _FP8_LAYOUTS.get(layout) == "column-major-packed":
+        return lead + (h,), ((n + 3) // 4, 4 * (((m + 3) // 4) * 4))
     return lead + (h,), (n, ((m + 3) // 4) * 4)
 
 
@@ -621,6 +624,7 @@ _FP8_FORMATS = {"f32": "f32", "float32": "f32", "ue8m0": "ue8m0"}
 _FP8_LAYOUTS = {
     "row-major": "row-major", "row": "row-major", "column-major": "column-major",
     "col-major": "column-major", "column": "column-major", "swizzled": "swizzled",
+    "column-major-packed": "column-major-packed", "packed": "column-major-packed",
 }
 
 
@@ -657,7 +661,7 @@ def _check_fp8_dynamic(
     if layout is None:
         raise ArgumentError(
             f'scale_layout = "{scale_layout}" is not supported: use "row-major", '
-            '"column-major" or "swizzled"'
+            '"column-major", "swizzled" or "column-major-packed"'
         )
     h = _check_rows(input, residual, weight, y_out, ranks, name)
     _check_fp8_hidden(h)
@@ -672,6 +676,13 @@ def _check_fp8_dynamic(
             "the swizzled 128x4 scale layout is MXFP8's and needs UE8M0 scales in groups of 32 "
             f"(got {fmt} scales in groups of {g}): use UE8M0 with G = 32, or the row-major or "
             "column-major layout"
+        )
+    if layout == "column-major-packed" and (fmt != "ue8m0" or group_size == -1):
+        got = "the row (per token)" if group_size == -1 else str(g)
+        raise ArgumentError(
+            "the packed column-major scale layout (DeepGEMM's packed UE8M0) needs UE8M0 scales "
+            f"in groups of 32, 64 or 128 (got {fmt} scales in groups of {got}): use UE8M0 with "
+            "G = 32, 64 or 128, or the row-major or column-major layout"
         )
     return elem, fmt, layout
 
@@ -708,6 +719,14 @@ def _check_fp8_outputs(
             raise ArgumentError(
                 f"scales_out has shape {list(shape)}; expected [{n}, 4*ceil(M/4)] or one flat "
                 "buffer (the column-major layout [H/G, 4*ceil(M/4)])"
+            )
+    elif layout == "column-major-packed":
+        shape = tuple(scales_out.shape)
+        if not (len(shape) == 1 or (len(shape) == 2 and shape[0] == (n + 3) // 4)):
+            raise ArgumentError(
+                f"scales_out has shape {list(shape)}; expected [{(n + 3) // 4}, 16*ceil(M/4)] or "
+                "one flat buffer (the packed column-major layout [ceil(H/G/4), 4*4*ceil(M/4)] "
+                "bytes)"
             )
 
 

@@ -61,14 +61,14 @@ NP_FP8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 FMAX = {"e4m3": np.float32(448.0), "e5m2": np.float32(57344.0)}
 
 # Every dynamic configuration (group, scale format, layout): the four groups with both
-# formats in the row-major and column-major layouts, and MXFP8's swizzled layout (UE8M0
-# in groups of 32, the only one it takes).
+# formats in the row-major and column-major layouts, MXFP8's swizzled layout (UE8M0 in
+# groups of 32, the only one it takes), and UE8M0 groups packed column-major (DeepGEMM's).
 CONFIGS = [
     (g, f, lay)
     for g in ("token", 32, 64, 128)
     for f in ("f32", "ue8m0")
     for lay in ("row-major", "column-major")
-] + [(32, "ue8m0", "swizzled")]
+] + [(32, "ue8m0", "swizzled")] + [(g, "ue8m0", "column-major-packed") for g in (32, 64, 128)]
 CONFIG_IDS = [f"{g}-{f}-{lay}" for g, f, lay in CONFIGS]
 
 
@@ -146,6 +146,14 @@ def scale_buffer(vals: np.ndarray, m: int, n: int, layout: str) -> np.ndarray:
         buf = np.zeros((n, mp4), vals.dtype)
         buf[:, :m] = vals.T
         return buf.reshape(-1)
+    if layout == "column-major-packed":
+        # DeepGEMM's packing: codes [Mp4, 4*ceil(n/4)] zero-padded, read as little-endian
+        # 32-bit words [Mp4, ceil(n/4)], stored transposed (MN-major).
+        mp4, n4 = 4 * ((m + 3) // 4), (n + 3) // 4
+        padded = np.zeros((mp4, 4 * n4), np.uint8)
+        padded[:m, :n] = vals.view(np.uint8)
+        words = padded.view("<u4")
+        return np.ascontiguousarray(words.T).view(np.uint8).reshape(-1).view(vals.dtype)
     buf = np.zeros(swizzled_len(m, n), vals.dtype)
     buf[swizzled_offsets(m, n).reshape(-1)] = vals.reshape(-1)
     return buf
@@ -266,6 +274,10 @@ def ref_scales_rm(buf: np.ndarray, m: int, n: int, layout: str) -> np.ndarray:
         return buf.reshape(m, n)
     if layout == "column-major":
         return buf.reshape(n, -1)[:, :m].T
+    if layout == "column-major-packed":
+        n4 = (n + 3) // 4
+        words = np.ascontiguousarray(buf).view(np.uint8).view("<u4").reshape(n4, -1)
+        return np.ascontiguousarray(words.T[:m]).view(np.uint8)[:, :n].view(buf.dtype)
     return buf[swizzled_offsets(m, n)]
 
 
@@ -408,7 +420,10 @@ def test_row_counts_and_padding(config, m):
     kw = dict(group=g, scale_format=f, scale_layout=lay)
     q, s = fp4norm.add_rmsnorm_fp8quant(x, r.copy(), w, **kw)
     assert q.shape == (m, h)
-    shape = {"row-major": (m, n), "column-major": (n, 4 * ((m + 3) // 4)), "swizzled": (swizzled_len(m, n),)}[lay]
+    shape = {
+        "row-major": (m, n), "column-major": (n, 4 * ((m + 3) // 4)), "swizzled": (swizzled_len(m, n),),
+        "column-major-packed": ((n + 3) // 4, 16 * ((m + 3) // 4)),
+    }[lay]
     assert s.shape == shape and s.dtype == scale_dtype(f)
     sf = poisoned_scales(m, h, g, f, lay)
     out = np.full((m, h), 0xAB, np.uint8)

@@ -713,11 +713,7 @@ fn fp8_option_sets(h: usize) -> Vec<Fp8Options> {
                 },
                 Fp8ScaleFormat::UE8M0,
             ] {
-                for layout in [
-                    Fp8ScaleLayout::RowMajor,
-                    Fp8ScaleLayout::ColumnMajor,
-                    Fp8ScaleLayout::Swizzled,
-                ] {
+                for layout in Fp8ScaleLayout::ALL {
                     let o = Fp8Options::dynamic(element, group, format, layout);
                     if Fp8Problem::new(1, h, DType::BF16, &o).is_ok() {
                         v.push(o);

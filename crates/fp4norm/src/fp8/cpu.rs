@@ -425,6 +425,24 @@ fn dynamic<T: Element, G: GroupScale>(rows: Rows<'_, '_, T>, buf: &mut [G::Scale
                     col[m..].fill(G::Scale::default()); // padding rows M..Mp4
                 });
         }
+        (Fp8ScaleLayout::ColumnMajorPacked, Some(t)) => {
+            // A column of words holds groups 4j..4j + 3 of every row: 4 · Mp4 codes.
+            let mp4 = p.scale_rows();
+            let columns_per_task = 1024usize.div_ceil(mp4.max(1));
+            t.par_chunks_mut(4 * mp4)
+                .enumerate()
+                .with_min_len(columns_per_task)
+                .for_each(|(j, col)| {
+                    col.fill(G::Scale::default()); // padding rows and groups past H/G
+                    for (row, word) in col.chunks_mut(4).take(m).enumerate() {
+                        for (b, c) in word.iter_mut().enumerate() {
+                            if 4 * j + b < n {
+                                *c = rm[row * n + 4 * j + b];
+                            }
+                        }
+                    }
+                });
+        }
         (Fp8ScaleLayout::Swizzled, Some(t)) => {
             let tile_bytes = swizzled_col_tiles(n) * SWIZZLE_TILE_BYTES;
             t.par_chunks_mut(tile_bytes)

@@ -203,22 +203,29 @@ pub enum Fp8ScaleLayout {
     ColumnMajor,
     /// The swizzled 128×4 layout of SPEC.md §3, padding 0: UE8M0 with `G = 32` only (MXFP8).
     Swizzled,
+    /// `[ceil(H/G / 4), Mp4]` 32-bit words of four UE8M0 codes: code `(row, g)` in byte
+    /// `g % 4` of word `(g / 4) · Mp4 + row` (byte `4 · ((g/4) · Mp4 + row) + g % 4`); rows
+    /// `M..Mp4` and the bytes of groups `H/G..` are 0. UE8M0 in groups of 32, 64 or 128 only:
+    /// DeepGEMM's MN-major, TMA-aligned packed UE8M0 scales, what its SM100 FP8 GEMMs read.
+    ColumnMajorPacked,
 }
 
 impl Fp8ScaleLayout {
     /// Every layout.
-    pub const ALL: [Fp8ScaleLayout; 3] = [
+    pub const ALL: [Fp8ScaleLayout; 4] = [
         Fp8ScaleLayout::RowMajor,
         Fp8ScaleLayout::ColumnMajor,
         Fp8ScaleLayout::Swizzled,
+        Fp8ScaleLayout::ColumnMajorPacked,
     ];
 
-    /// The short name (`row-major`, `column-major`, `swizzled`).
+    /// The short name (`row-major`, `column-major`, `swizzled`, `column-major-packed`).
     pub fn name(self) -> &'static str {
         match self {
             Fp8ScaleLayout::RowMajor => "row-major",
             Fp8ScaleLayout::ColumnMajor => "column-major",
             Fp8ScaleLayout::Swizzled => "swizzled",
+            Fp8ScaleLayout::ColumnMajorPacked => "column-major-packed",
         }
     }
 }
@@ -382,7 +389,8 @@ pub struct Fp8Problem {
 
 impl Fp8Problem {
     /// Checks the shape and options: `H > 0` and a multiple of `G`; the swizzled layout
-    /// only with UE8M0 scales in groups of 32; `s_min` finite and ≥ 0; `eps` finite and
+    /// only with UE8M0 scales in groups of 32, the packed column-major one only with UE8M0
+    /// scales in groups of 32, 64 or 128; `s_min` finite and ≥ 0; `eps` finite and
     /// ≥ 0; `weight_bias` finite; every size representable in 64 bits.
     pub fn new(m: usize, h: usize, dtype: DType, opts: &Fp8Options) -> Result<Self, Error> {
         if h == 0 {
@@ -402,6 +410,18 @@ impl Fp8Problem {
                 return Err(Error::SwizzledNeedsMxfp8 {
                     format: format.name(),
                     group: g,
+                });
+            }
+            if layout == Fp8ScaleLayout::ColumnMajorPacked
+                && (format != Fp8ScaleFormat::UE8M0 || group == Fp8Group::PerToken)
+            {
+                return Err(Error::PackedNeedsUe8m0Groups {
+                    format: format.name(),
+                    group: if group == Fp8Group::PerToken {
+                        "the row (per token)".into()
+                    } else {
+                        g.to_string()
+                    },
                 });
             }
             if let Fp8ScaleFormat::F32 { s_min } = format {
@@ -438,6 +458,11 @@ impl Fp8Problem {
                 .and_then(|mp4| mp4.checked_mul(n))
                 .ok_or(Error::SizeOverflow)?,
             Some(Fp8ScaleLayout::Swizzled) => swizzled_len(m, n)?,
+            Some(Fp8ScaleLayout::ColumnMajorPacked) => m
+                .div_ceil(4)
+                .checked_mul(4)
+                .and_then(|mp4| mp4.checked_mul(n.div_ceil(4) * 4))
+                .ok_or(Error::SizeOverflow)?,
         };
         scales.checked_mul(4).ok_or(Error::SizeOverflow)?;
         Ok(p)
@@ -497,18 +522,22 @@ impl Fp8Problem {
     }
 
     /// Rows of the scale layout, padding included: `M` (row-major), `Mp4 = 4 · ceil(M/4)`
-    /// (column-major), `Mp = 128 · ceil(M/128)` (swizzled); 0 for a per-tensor scale.
+    /// (column-major, packed or not), `Mp = 128 · ceil(M/128)` (swizzled); 0 for a
+    /// per-tensor scale.
     pub fn scale_rows(&self) -> usize {
         match self.layout() {
             None => 0,
             Some(Fp8ScaleLayout::RowMajor) => self.m,
-            Some(Fp8ScaleLayout::ColumnMajor) => self.m.div_ceil(4).saturating_mul(4),
+            Some(Fp8ScaleLayout::ColumnMajor | Fp8ScaleLayout::ColumnMajorPacked) => {
+                self.m.div_ceil(4).saturating_mul(4)
+            }
             Some(Fp8ScaleLayout::Swizzled) => self.m.div_ceil(128).saturating_mul(128),
         }
     }
 
     /// Elements of the scale buffer (f32 values or UE8M0 bytes), padding included:
-    /// `M · H/G`, `H/G · Mp4` or `Mp · nK · 4`; 0 for a per-tensor scale.
+    /// `M · H/G`, `H/G · Mp4`, `Mp · nK · 4` or `4 · ceil(H/G / 4) · Mp4` (packed); 0 for a
+    /// per-tensor scale.
     pub fn scales_len(&self) -> usize {
         let n = self.n_groups();
         match self.layout() {
@@ -516,6 +545,9 @@ impl Fp8Problem {
             Some(Fp8ScaleLayout::RowMajor) => self.m.saturating_mul(n),
             Some(Fp8ScaleLayout::ColumnMajor) => self.scale_rows().saturating_mul(n),
             Some(Fp8ScaleLayout::Swizzled) => swizzled_len(self.m, n).unwrap_or(usize::MAX),
+            Some(Fp8ScaleLayout::ColumnMajorPacked) => {
+                self.scale_rows().saturating_mul(n.div_ceil(4) * 4)
+            }
         }
     }
 
@@ -543,6 +575,9 @@ impl Fp8Problem {
             Some(Fp8ScaleLayout::RowMajor) => row * n + g,
             Some(Fp8ScaleLayout::ColumnMajor) => g * self.scale_rows() + row,
             Some(Fp8ScaleLayout::Swizzled) => swizzled_offset(row, g, n),
+            Some(Fp8ScaleLayout::ColumnMajorPacked) => {
+                4 * ((g / 4) * self.scale_rows() + row) + g % 4
+            }
         }
     }
 
@@ -573,6 +608,11 @@ impl Fp8Problem {
             }
             Some(Fp8ScaleLayout::ColumnMajor) => format!(
                 "column-major H/G·Mp4 with Mp4 = 4·ceil(M/4) for M = {}, H/G = {}",
+                self.m,
+                self.n_groups()
+            ),
+            Some(Fp8ScaleLayout::ColumnMajorPacked) => format!(
+                "column-major-packed 4·ceil(H/G/4)·Mp4 bytes (ceil(H/G/4)·Mp4 words of four codes) with Mp4 = 4·ceil(M/4) for M = {}, H/G = {}",
                 self.m,
                 self.n_groups()
             ),

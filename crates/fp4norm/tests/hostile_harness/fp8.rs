@@ -54,7 +54,7 @@ pub enum ScaleKind {
 const VLLM_S_MIN: f32 = 1.0 / (448.0 * 512.0);
 
 /// Valid dynamic scalings that engines use, so that short inputs reach each of them.
-const PRESETS: [(Fp8Group, Fp8ScaleFormat, Fp8ScaleLayout); 10] = [
+const PRESETS: [(Fp8Group, Fp8ScaleFormat, Fp8ScaleLayout); 11] = [
     (
         Fp8Group::PerToken,
         Fp8ScaleFormat::F32_NO_FLOOR,
@@ -104,6 +104,11 @@ const PRESETS: [(Fp8Group, Fp8ScaleFormat, Fp8ScaleLayout); 10] = [
         Fp8Group::G64,
         Fp8ScaleFormat::UE8M0,
         Fp8ScaleLayout::ColumnMajor,
+    ),
+    (
+        Fp8Group::G128,
+        Fp8ScaleFormat::UE8M0,
+        Fp8ScaleLayout::ColumnMajorPacked,
     ),
 ];
 
@@ -440,6 +445,8 @@ fn scale_pos(opts: &Fp8Options, m: usize, h: usize, row: usize, g: usize) -> usi
         Fp8ScaleLayout::RowMajor => row * n + g,
         Fp8ScaleLayout::ColumnMajor => g * (4 * m.div_ceil(4)) + row,
         Fp8ScaleLayout::Swizzled => swizzled_offset(row, g, n),
+        // Byte g % 4 of word (g / 4) · Mp4 + row.
+        Fp8ScaleLayout::ColumnMajorPacked => 4 * ((g / 4) * (4 * m.div_ceil(4)) + row) + g % 4,
     }
 }
 

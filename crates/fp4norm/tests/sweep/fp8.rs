@@ -115,6 +115,14 @@ pub fn scalings() -> Vec<Fp8Scaling> {
         Fp8ScaleLayout::RowMajor,
     ));
     v.push(Fp8Options::mxfp8().scaling);
+    // Packed column-major UE8M0 (DeepGEMM's): words gathered (32, 64) or bytes (128).
+    for group in [Fp8Group::G32, Fp8Group::G64, Fp8Group::G128] {
+        v.push(dynamic(
+            group,
+            Fp8ScaleFormat::UE8M0,
+            Fp8ScaleLayout::ColumnMajorPacked,
+        ));
+    }
     v
 }
 
@@ -246,6 +254,26 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
         let dtype = if j % 2 == 1 { DType::F16 } else { DType::BF16 };
         out.push(vary(base(dtype, m, h, Fp8Element::E4M3, s[k])));
     }
+    // Packed column-major UE8M0 codes (s[18..21]: groups of 32, 64, 128): a last word part
+    // padding (H = 2880: 90 and 45 groups; H = 384: 3 groups of 128), padding rows (M not a
+    // multiple of 4), rows over clusters (H = 16384 at few rows), many rows kept in L2.
+    for (j, (m, h, k)) in [
+        (1usize, 2880usize, 18usize),
+        (5, 2880, 19),
+        (301, 2880, 18),
+        (7, 384, 20),
+        (1, 16384, 18),
+        (3, 16384, 20),
+        (1027, 4096, 19),
+        (502, 7168, 20),
+        (130, 8192, 18),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dtype = if j % 2 == 1 { DType::F16 } else { DType::BF16 };
+        out.push(vary(base(dtype, m, h, Fp8Element::E4M3, s[k])));
+    }
     // Special per-tensor scales: 0 (inv = +Inf) and a NaN scale, by value and from memory.
     for (scale, in_memory) in [(0.0f32, true), (f32::NAN, false), (1e-30, true)] {
         let mut c = base(
@@ -266,7 +294,7 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
 
 /// Every launch shape `fp4norm tune` may pick for an FP8 call, each with one call of its
 /// class: per tensor, per token (f32 row-major, and UE8M0 column-major), groups of 32, 64
-/// and 128 (column-major f32, swizzled MXFP8, row-major UE8M0), at 300 rows of 2048 and
+/// and 128 (column-major f32, swizzled MXFP8, row-major UE8M0, packed UE8M0), at 300 rows of 2048 and
 /// 5120 (per token and per tensor at 16384 too), special rows included.
 pub fn tune_candidate_cases(limits: &DeviceLimits) -> Vec<(Fp8Case, (u32, u32, u32))> {
     use fp4norm::cuda::internal::tune_candidates;
@@ -301,6 +329,10 @@ pub fn tune_candidate_cases(limits: &DeviceLimits) -> Vec<(Fp8Case, (u32, u32, u
         ),
         (
             dynamic(Fp8Group::G128, ue8m0, Fp8ScaleLayout::RowMajor),
+            false,
+        ),
+        (
+            dynamic(Fp8Group::G32, ue8m0, Fp8ScaleLayout::ColumnMajorPacked),
             false,
         ),
     ];

@@ -65,6 +65,10 @@ pub struct Fp8Spec {
     /// Column-major scales `[H/G, Mp4]` (the `row_major` flag is the row-major layout;
     /// `swizzled` MXFP8's 128×4).
     pub column_major: bool,
+    /// Column-major UE8M0 codes packed four to a 32-bit word, `[ceil(H/G/4), Mp4]` words
+    /// (`FP8_COL_PACKED`, with `column_major`; DeepGEMM's packed scales). Defined only when
+    /// set, so other cubins are unchanged.
+    pub packed: bool,
     /// Column-major group scales stored with an L2 evict-last policy (`FP8_COL_KEEP`;
     /// `column_scales_keep_wanted`). Defined only when set, so other cubins are unchanged.
     pub keep_scales: bool,
@@ -274,8 +278,13 @@ impl KernelConfig {
         }
         let layout = p.layout();
         let swizzled = layout == Some(Fp8ScaleLayout::Swizzled);
-        let column_major = layout == Some(Fp8ScaleLayout::ColumnMajor);
-        let split = column_major && aligned && !per_token && column_scales_split_wanted(p, limits);
+        let packed = layout == Some(Fp8ScaleLayout::ColumnMajorPacked);
+        let column_major = layout == Some(Fp8ScaleLayout::ColumnMajor) || packed;
+        let split = column_major
+            && !packed
+            && aligned
+            && !per_token
+            && column_scales_split_wanted(p, limits);
         let mut cfg = KernelConfig {
             kind: KernelKind::Fused,
             dtype: p.dtype,
@@ -314,6 +323,7 @@ impl KernelConfig {
                 },
                 per_token,
                 column_major,
+                packed,
                 keep_scales: column_major
                     && aligned
                     && !per_token
@@ -324,6 +334,7 @@ impl KernelConfig {
                     && aligned
                     && !per_token
                     && !split
+                    && !packed
                     && column_scales_reduce_wanted(
                         p.m,
                         matches!(p.scale_format(), Some(Fp8ScaleFormat::F32 { .. })) && block <= 64,
@@ -558,7 +569,11 @@ impl KernelConfig {
                 },
                 b(f.per_token),
                 b(f.column_major),
-            ) + if f.keep_scales {
+            ) + if f.packed {
+                "#define FP8_COL_PACKED 1\n"
+            } else {
+                ""
+            } + if f.keep_scales {
                 "#define FP8_COL_KEEP 1\n"
             } else {
                 ""
@@ -666,11 +681,12 @@ impl KernelConfig {
         ) + &match self.fp8 {
             None => String::new(),
             Some(f) => format!(
-                " fp8={} {:?} per_token={} col_major={}{}{}{}{}",
+                " fp8={} {:?} per_token={} col_major={}{}{}{}{}{}",
                 if f.e5m2 { "e5m2" } else { "e4m3" },
                 f.scaling,
                 f.per_token,
                 f.column_major,
+                if f.packed { " packed" } else { "" },
                 if f.keep_scales { " keep_scales" } else { "" },
                 if f.split_scales { " split_scales" } else { "" },
                 if f.direct_reduce_scales() {
@@ -1008,6 +1024,19 @@ mod tests {
         // UE8M0 codes in groups of 32 (8 MiB of bytes): lines of 128 rows.
         let c = fp8_config(16384, 16384, &col(Fp8Group::G32, Fp8ScaleFormat::UE8M0));
         assert_eq!(demoted(&c), 165 + 256, "{}", c.describe());
+        // The same codes packed four to a word (8 MiB of words): lines of 32 rows.
+        let packed = Fp8Options::dynamic(
+            Fp8Element::E4M3,
+            Fp8Group::G32,
+            Fp8ScaleFormat::UE8M0,
+            Fp8ScaleLayout::ColumnMajorPacked,
+        );
+        let c = fp8_config(16384, 16384, &packed);
+        assert!(c
+            .fp8
+            .is_some_and(|f| f.packed && f.keep_scales && !f.split_scales));
+        assert!(c.defines().contains("#define FP8_COL_PACKED 1\n"));
+        assert_eq!(demoted(&c), 165 + 64, "{}", c.describe());
         // Kept but under an eighth of the L2 (4 MiB and 1 MiB): left kept.
         assert_eq!(demoted(&fp8_config(16384, 8192, &f32_g128)), 0);
         assert_eq!(demoted(&fp8_config(4096, 8192, &f32_g128)), 0);

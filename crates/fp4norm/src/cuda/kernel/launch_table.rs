@@ -292,7 +292,8 @@ fn column_scales_demoted(scale_bytes: u64, limits: &DeviceLimits) -> bool {
 /// How many rows behind its own row a CTA of an FP8 call with kept column-major scales
 /// ([`column_scales_keep_wanted`]) hands the kept scales' lines back to L2's normal eviction
 /// (`FP8_COL_DEMOTE_ROWS`; 0: never): one resident wave of rows plus two 128-byte lines of
-/// rows (32 rows of f32 scales, 128 of UE8M0 codes), by when every line there is complete.
+/// rows (32 rows of f32 scales or packed words, 128 of UE8M0 codes), by when every line
+/// there is complete.
 /// Only where the scales take an eighth of the L2 or more, as [`swizzle_demote_tiles`] and
 /// for the same reason: evict-last lines otherwise stay for the rest of the call, and
 /// beyond, crowding out the L2 prefetch. Decided whether or not the write is split, since
@@ -317,8 +318,11 @@ pub fn column_scales_demote_rows(
 /// One resident wave of `cfg`'s rows on a device with `limits` plus two 128-byte lines of
 /// its column-major scales in rows: the distance of [`column_scales_demote_rows`].
 pub fn column_demote_distance(cfg: &KernelConfig, limits: &DeviceLimits) -> u32 {
-    let f32_scales = cfg.fp8.is_some_and(|f| f.scaling == Fp8KernelScaling::F32);
-    let line_rows = if f32_scales { 32 } else { 128 };
+    // 4-byte elements (f32 scales, packed words of four UE8M0 codes) or UE8M0 bytes.
+    let words = cfg
+        .fp8
+        .is_some_and(|f| f.scaling == Fp8KernelScaling::F32 || f.packed);
+    let line_rows = if words { 32 } else { 128 };
     let wave = resident_wave_rows(cfg, limits);
     u32::try_from(wave + 2 * line_rows).unwrap_or(u32::MAX)
 }

@@ -681,7 +681,12 @@ __device__ __forceinline__ void reduce_scale(const Fp4NormParams& p, i64 row, in
 __device__ __forceinline__ void store_group_scale(const Fp4NormParams& p, i64 row, int g, u32 written) {
 #if FP8_COL_MAJOR
     const i64 mp4 = (p.m + 3) & ~3ll;
+#if defined(FP8_COL_PACKED)
+    // Four UE8M0 codes to a 32-bit word: code (row, g) is byte g % 4 of word (g / 4) Mp4 + row.
+    i64 at = 4 * ((i64)(g >> 2) * mp4 + row) + (g & 3);
+#else
     i64 at = (i64)g * mp4 + row;
+#endif
 #if defined(FP8_COL_SPLIT)
     // Rows of whole 8-row tiles go to their tile's staging order (column_scales.cu puts
     // them in place); the last rows of an M not a multiple of 8 are written in place.
@@ -710,6 +715,30 @@ __device__ __forceinline__ void store_group_scale(const Fp4NormParams& p, i64 ro
     p.sf_row_major[at] = (u8)written;
 #endif
 }
+
+#if defined(FP8_COL_PACKED)
+#if FP8_SCALING != 2 || FP8_PER_TOKEN || defined(FP8_COL_SPLIT) || defined(FP8_COL_RED)
+#error "FP8_COL_PACKED: UE8M0 group scales written directly"
+#endif
+// Words of the packed layout: groups 4j .. 4j + 3 of a row gathered by two shuffles (their
+// lanes are VPB apart in one warp where 4 VPB <= 32, and the buffer is 4-byte aligned), one
+// 32-bit store from the first; else (groups of 128) a byte per group.
+#define FP8_PACK_WORDS (VPB <= 8 && FP4_VEC_ALIGNED)
+__device__ __forceinline__ void store_packed_word(const Fp4NormParams& p, i64 row, int j, u32 word) {
+    u32* at = reinterpret_cast<u32*>(p.sf_row_major) + (i64)j * ((p.m + 3) & ~3ll) + row;
+#if defined(FP8_COL_KEEP)
+    store_u32_keep_in_l2(at, word);
+#else
+    *at = word;
+#endif
+}
+// The bytes of groups NB .. 4 ceil(NB / 4) in the row's last word: 0, from the lane that
+// writes group NB - 1 (byte stores only; a gathered word carries them).
+__device__ __forceinline__ void zero_packed_tail(const Fp4NormParams& p, i64 row) {
+#pragma unroll
+    for (int g = NB; g % 4 != 0; ++g) store_group_scale(p, row, g, 0u);
+}
+#endif
 
 #if FP8_PER_TOKEN
 // A barrier of the threads of row `group` of the CTA: the CTA's barrier where the CTA is
@@ -879,7 +908,7 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         u32 written;
         float inv;
         fp8_group_scale(p, amax, written, inv);
-#if FP4_SWIZZLED
+#if FP4_SWIZZLED || (defined(FP8_COL_PACKED) && FP8_PACK_WORDS)
         // Lanes past the row give 0: the column padding.
         u32 word = in_row ? written : 0u;
         word |= __shfl_down_sync(0xFFFFFFFFu, word, VPB) << 8;
@@ -890,6 +919,11 @@ __device__ __forceinline__ void pass2_row(const Fp4NormParams& p, i64 row, int l
         if (v % VPB == 0) {
 #if FP4_SWIZZLED
             if ((v / VPB) % 4 == 0) store_sf4(sw_lane + k * (FP4_G / (4 * VPB)) * 512, word);
+#elif defined(FP8_COL_PACKED) && FP8_PACK_WORDS
+            if ((v / VPB) % 4 == 0) store_packed_word(p, row, v / VPB / 4, word);
+#elif defined(FP8_COL_PACKED)
+            store_group_scale(p, row, v / VPB, written);
+            if (NB % 4 != 0 && v / VPB == NB - 1) zero_packed_tail(p, row);
 #elif defined(FP8_COL_RED)
             if (FROM_MEMORY)
                 store_group_scale(p, row, v / VPB, written);
@@ -1059,10 +1093,17 @@ __device__ __noinline__ void demote_kept_tile(const u8* sf_swizzled, i64 row, in
 // crowd out the L2 prefetch (launch_table.rs, column_scales_demote_rows). A hint only;
 // not inlined, as demote_kept_tile.
 __device__ __noinline__ void demote_kept_column_scales(const Fp4NormParams* p, i64 row, int lane, int v0) {
+#if defined(FP8_COL_PACKED)
+    // Columns of words, four groups each (the CTA's part holds whole words).
+    constexpr u64 bytes = 4;
+    const int first = v0 / VPB / 4, end = ((v0 + NVC) / VPB + 3) / 4;
+#else
     constexpr u64 bytes = FP8_SCALING == 1 ? 4 : 1;
+    const int first = v0 / VPB, end = (v0 + NVC) / VPB;
+#endif
     const i64 mp4 = (p->m + 3) & ~3ll;
     const i64 done = row - FP8_COL_DEMOTE_ROWS;
-    for (int g = v0 / VPB + lane; g < (v0 + NVC) / VPB; g += FP4_G) {
+    for (int g = first + lane; g < end; g += FP4_G) {
         const u64 a = (u64)p->sf_row_major + (u64)((i64)g * mp4 + done) * bytes;
         if ((a & 127) < bytes) asm volatile("applypriority.global.L2::evict_normal [%0], 128;" :: "l"(a & ~(u64)127) : "memory");
     }
@@ -1365,7 +1406,11 @@ fp4norm_fused(const __grid_constant__ Fp4NormParams p) {
 #if defined(FP8_OUT) && FP8_COL_MAJOR
         else if (row < p.rows_total && v0 == 0) {
             // Rows m..Mp4 of column-major FP8 scales: padding, written as zero.
+#if defined(FP8_COL_PACKED)
+            for (int g = lane; g < NK4; g += FP4_G) store_group_scale(p, row, g, 0u);
+#else
             for (int g = lane; g < NB; g += FP4_G) store_group_scale(p, row, g, 0u);
+#endif
         }
 #endif
 #if !defined(FP4_PAD_SPREAD) && FP4_SWIZZLED && !FP4_SWZ_SPLIT
