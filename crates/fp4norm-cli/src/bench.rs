@@ -47,8 +47,9 @@ fp8-token      per-token f32 scales, row-major [M] (floor: --fp8-scale-floor)\n 
 fp8-group128   f32 scales per 128 elements, column-major [H/128, 4*ceil(M/4)] (DeepSeek-style);\n                   \
 also fp8-group64, fp8-group32\n    \
 mxfp8          UE8M0 scales per 32 elements, swizzled 128x4 (MXFP8)\n    \
-fp8-<token|g32|g64|g128>-<f32|ue8m0>-<row-major|column-major|swizzled>\n                   \
-any other combination (swizzled: UE8M0 in groups of 32 only)\n\
+fp8-<token|g32|g64|g128>-<f32|ue8m0>-<row-major|column-major|swizzled|column-major-packed>\n                   \
+any other combination (swizzled: UE8M0 in groups of 32 only; column-major-packed, four\n                   \
+UE8M0 codes to a word as DeepGEMM reads them: groups of 32, 64, 128 only)\n\
 An FP8 format names its own scale layout: --layout applies to the FP4 formats only. Group \
 formats need H a multiple of the group.\n\n\
 Each shape gets fresh random inputs (never zero), the same for every format. Before timing, \
