@@ -43,8 +43,9 @@ The FP8 family (SPEC.md §8):
   scale_format="f32", scale_layout="row-major", s_min=0.0, eps=1e-6, y_out=None,
   enable_pdl=None, weight_bias=0.0) -> (out, scales)``: dynamic scales, one per group of
   ``group_size`` elements of a row (-1: per token), f32 (floored at ``s_min``) or UE8M0, in
-  the row-major ``[..., H/G]``, column-major ``[H/G, 4*ceil(M/4)]`` or (UE8M0, G = 32)
-  swizzled 128x4 layout; ``.out(input, residual, weight, out, scales_out, ...) -> ()``
+  the row-major ``[..., H/G]``, column-major ``[H/G, 4*ceil(M/4)]``, (UE8M0, G = 32)
+  swizzled 128x4 or (UE8M0, G = 32, 64, 128) packed column-major ``[ceil(H/G/4),
+  4*4*ceil(M/4)]`` bytes layout; ``.out(input, residual, weight, out, scales_out, ...) -> ()``
   writes preallocated outputs.
 * ``rmsnorm_fp8quant`` and ``.out``: the same without ``residual``.
 * ``allreduce_add_rmsnorm_fp8quant(inputs, residual, weight, ...)`` and ``.out``, and

@@ -3,7 +3,8 @@
 ``fused_add_rmsnorm_fp8_block_quant`` (1 x 128 blocks, checked against FlashInfer's own
 scale formula too) and the dynamic-scale
 ``add_rmsnorm_fp8quant`` / ``rmsnorm_fp8quant`` (per token or per group of 32, 64, 128;
-f32 or UE8M0 scales; row-major, column-major or swizzled), on NumPy arrays and torch
+f32 or UE8M0 scales; row-major, column-major, swizzled or packed column-major), on NumPy
+arrays and torch
 tensors, through the ``torch.ops.fp4norm`` operators.
 
 Every result is compared byte for byte with the Rust scalar reference

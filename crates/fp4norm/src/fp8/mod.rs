@@ -23,8 +23,11 @@
 //! * Any per-tensor `s` is accepted and flows through the formula (like `gs`, it is read
 //!   from device memory on a GPU); `s_min` must be finite and ≥ 0; `weight_bias` finite.
 //! * Per-token scales and the per-tensor scale accept any `H ≥ 1`; the swizzled layout is
-//!   allowed whenever the group is 32 elements, also per token with `H = 32`.
-//! * Column-major padding rows and swizzled padding are 0 (f32 `+0.0`, or UE8M0 code 0).
+//!   allowed whenever the group is 32 elements, also per token with `H = 32`; the packed
+//!   column-major layout only for groups of 32, 64 or 128 (not per token, whatever `H`:
+//!   its words hold several groups of a row).
+//! * Column-major padding rows (packed or not), the packed layout's bytes past `H/G` and
+//!   swizzled padding are 0 (f32 `+0.0`, or UE8M0 code 0).
 //!
 //! ```
 //! use fp4norm::fp8::{self, Fp8Element, Fp8Options, Fp8Out, Fp8Problem, Fp8Scales};

@@ -274,6 +274,15 @@ pub fn fp8_cases() -> Vec<Fp8Case> {
         let dtype = if j % 2 == 1 { DType::F16 } else { DType::BF16 };
         out.push(vary(base(dtype, m, h, Fp8Element::E4M3, s[k])));
     }
+    // Packed codes on the element-wise kernel (bytes, not gathered words): rows one element
+    // off their 16-byte alignment (groups of 32, a partial last word), and a scale buffer
+    // one byte off its 4-byte alignment.
+    let mut c = base(DType::BF16, 7, 2880, Fp8Element::E4M3, s[18]);
+    c.misaligned = true;
+    out.push(c);
+    let mut c = base(DType::F16, 130, 4096, Fp8Element::E4M3, s[19]);
+    c.scales_misaligned = true;
+    out.push(c);
     // Special per-tensor scales: 0 (inv = +Inf) and a NaN scale, by value and from memory.
     for (scale, in_memory) in [(0.0f32, true), (f32::NAN, false), (1e-30, true)] {
         let mut c = base(
