@@ -828,6 +828,8 @@ FP8_LABELS = (
     ("fp8-g128-ue8m0-column-major", "g128 UE8M0 column-major"),
     ("fp8-g32-ue8m0-row-major", "g32 UE8M0 row-major (MXFP8 row-major)"),
     ("mxfp8", "MXFP8 (g32 UE8M0 swizzled)"),
+    ("fp8-g32-ue8m0-column-major-packed", "g32 UE8M0 packed (DeepGEMM)"),
+    ("fp8-g128-ue8m0-column-major-packed", "g128 UE8M0 packed (DeepGEMM)"),
 )
 FP8_TARGET_PCT = 95.0   # % of copy at M·H >= 2^25 (a figure meets it when it reads 95.0 or more)
 FP8_DECODE_US = 2.0     # µs at M = 1 and 16, H <= 8192 (met when it reads 2.00 or less)
@@ -847,7 +849,11 @@ def fp8_family(r):
         return "per-tensor"
     if r.get("group") == r["h"] or "token" in r["format"]:
         return "per-token"
-    return {"swizzled": "MXFP8", "column-major": "column-major groups"}.get(r["layout"], "row-major groups")
+    return {
+        "swizzled": "MXFP8",
+        "column-major": "column-major groups",
+        "column-major-packed": "column-major groups",
+    }.get(r["layout"], "row-major groups")
 
 
 class Fp8Page:

@@ -444,6 +444,7 @@ if [[ " $modes " == *" fp8report "* ]]; then
   f8=nvfp4,fp8-tensor,fp8-tensor-e5m2,fp8-token,fp8-token-e5m2,fp8-token-ue8m0-row-major
   f8=$f8,fp8-g32-f32-row-major,fp8-group32,fp8-g64-f32-row-major,fp8-group64,fp8-g128-f32-row-major
   f8=$f8,fp8-group128,fp8-g128-ue8m0-row-major,fp8-g128-ue8m0-column-major,fp8-g32-ue8m0-row-major,mxfp8
+  f8=$f8,fp8-g32-ue8m0-column-major-packed,fp8-g128-ue8m0-column-major-packed
   if step tests; then
     "$bin/gpu_fp8" --test-threads=3 > "$rep/gpu_fp8.log" 2>&1
     summary+=("fp8report tests: $(grep 'test result' "$rep/gpu_fp8.log" | tail -1)")
